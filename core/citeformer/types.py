@@ -1,0 +1,113 @@
+"""Small immutable value types shared by the core and the framework wrappers."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class Policy(str, enum.Enum):
+    """Where the grammar requires citation markers."""
+
+    REQUIRED = "required"
+    """Every sentence ends with a cite-group before its terminator: ``Paris is in France [1].``"""
+
+    QUOTES_ONLY = "quotes_only"
+    """A double-quoted span must be followed by a cite-group; other prose may cite or not."""
+
+    AUTO = "auto"
+    """Cite-groups are allowed after any prose and never required."""
+
+    @classmethod
+    def coerce(cls, value: Policy | str) -> Policy:
+        """Accept a ``Policy`` or its name/value in any case (``"required"``, ``"QUOTES_ONLY"``)."""
+        if isinstance(value, Policy):
+            return value
+        if isinstance(value, str):
+            key = value.strip().lower().replace("-", "_")
+            for policy in cls:
+                if key in (policy.value, policy.name.lower()):
+                    return policy
+        choices = ", ".join(p.value for p in cls)
+        raise ValueError(f"unknown citation policy {value!r}; use one of: {choices}")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One retrieved passage. Its id is its 1-based position in the list passed to one call."""
+
+    text: str
+    """The passage the model reads and may cite."""
+
+    title: str | None = None
+    """A short label shown to the model next to the number (a file name, a page title)."""
+
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """Anything the caller wants back with the answer (path, offsets, node id); never shown to the model."""
+
+
+@dataclass(frozen=True)
+class Citation:
+    """One ``[k]`` marker found in an answer."""
+
+    source_id: int
+    """1-based index into the sources of the call that produced the answer."""
+
+    start: int
+    """Offset of the marker's ``[`` in the answer text."""
+
+    end: int
+    """Offset just past the marker's ``]``: ``text[start:end] == f"[{source_id}]"``."""
+
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class CitedAnswer:
+    """The result of one generation: the text, its parsed markers and the sources they index."""
+
+    text: str
+    """The answer as generated, markers included."""
+
+    citations: tuple[Citation, ...]
+    """Every marker in ``text``, in order of appearance."""
+
+    sources: tuple[Source, ...]
+    """The sources of the call; ``citations[i].source_id`` indexes this tuple from 1."""
+
+    finish_reason: FinishReason
+    """``"stop"``: the model ended the answer; ``"length"``: ``max_new_tokens`` ran out first."""
+
+    prompt_tokens: int = 0
+    """Number of tokens in the prompt the model saw."""
+
+    generated_tokens: int = 0
+    """Number of tokens generated, the end-of-sequence token included."""
+
+    def source_for(self, citation: Citation) -> Source:
+        """The source a citation points at."""
+        return self.sources[citation.source_id - 1]
+
+    @property
+    def cited_ids(self) -> list[int]:
+        """Distinct cited source ids, in order of first appearance."""
+        return list(dict.fromkeys(c.source_id for c in self.citations))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON-serialisable dict."""
+        return {
+            "text": self.text,
+            "citations": [
+                {"source_id": c.source_id, "start": c.start, "end": c.end} for c in self.citations
+            ],
+            "sources": [
+                {"id": i, "title": s.title, "text": s.text, "metadata": dict(s.metadata)}
+                for i, s in enumerate(self.sources, start=1)
+            ],
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+        }

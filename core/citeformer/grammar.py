@@ -79,20 +79,24 @@ word ::= [^ \\t\\n\\r\\[\\].!?]{{1,{max_word_chars}}}"""
 
 def _quotes_only_body(max_quote_chars: int) -> str:
     # Prose and quotes alternate so that every string has exactly one parse: prose runs up to the
-    # next quote or marker, and a quote is always followed by its cite-group.
+    # next quote or marker, and a quote is always followed by its cite-group. As in AUTO, prose
+    # between groups holds a letter or digit, and bare punctuation may only close the answer.
     return f"""\
-root ::= quoted-cite+ rest? | rest
-rest ::= prose (link prose)* link?
+root ::= quoted-cite+ (rest | end-punct)? | rest
+rest ::= prose (link prose)* (link end-punct?)?
 link ::= cite-group quoted-cite* | quoted-cite+
 quoted-cite ::= "\\"" [^"\\[\\]]{{1,{max_quote_chars}}} "\\"" " "? cite-group
-prose ::= [^"\\[\\]a-zA-Z0-9]* [a-zA-Z0-9] [^"\\[\\]]*"""
+prose ::= [^"\\[\\]a-zA-Z0-9]* [a-zA-Z0-9] [^"\\[\\]]*
+end-punct ::= [^"\\[\\]a-zA-Z0-9]{{1,8}}"""
 
 
 def _auto_body() -> str:
-    # Each cite-group follows prose that holds at least one letter or digit: groups cannot stack.
+    # Each cite-group follows prose that holds at least one letter or digit, so groups cannot
+    # stack; only the last one may be followed by bare punctuation ("... France [1].").
     return """\
-root ::= prose (cite-group prose)* cite-group?
-prose ::= [^\\[\\]a-zA-Z0-9]* [a-zA-Z0-9] [^\\[\\]]*"""
+root ::= prose (cite-group prose)* (cite-group end-punct?)?
+prose ::= [^\\[\\]a-zA-Z0-9]* [a-zA-Z0-9] [^\\[\\]]*
+end-punct ::= [^\\[\\]a-zA-Z0-9]{1,8}"""
 
 
 def _cite_group_rules(n: int, max_group: int) -> str:

@@ -28,6 +28,21 @@ DEFAULT_INSTRUCTIONS: dict[Policy, str] = {
 }
 
 
+# One worked exchange before the real question: small models copy a demonstrated format far more
+# reliably than they follow a described one (measured on SmolLM2-135M: without it, REQUIRED
+# answers ran to the sentence bound before the first marker).
+EXAMPLE_SOURCES = (
+    Source("The Nile is about 6,650 km long and flows through eleven countries."),
+    Source("The Amazon carries more water than any other river."),
+)
+EXAMPLE_QUESTION = "How long is the Nile?"
+EXAMPLE_ANSWERS: dict[Policy, str] = {
+    Policy.REQUIRED: "The Nile is about 6,650 km long [1]. It flows through eleven countries [1].",
+    Policy.QUOTES_ONLY: 'The Nile is "about 6,650 km long" [1].',
+    Policy.AUTO: "The Nile is about 6,650 km long [1]. It flows through eleven countries [1].",
+}
+
+
 def format_sources(sources: Sequence[Source]) -> str:
     """The sources as the model sees them: ``[1] Title`` on its own line, then the text."""
     blocks = []
@@ -40,10 +55,18 @@ def format_sources(sources: Sequence[Source]) -> str:
 def build_messages(
     question: str, sources: Sequence[Source], policy: Policy, instructions: str | None = None
 ) -> list[dict[str, str]]:
-    """Chat messages: the instructions as the system turn, sources and question as the user turn."""
+    """Chat messages: the instructions, one worked example, then the sources and the question."""
     system = instructions if instructions is not None else DEFAULT_INSTRUCTIONS[policy]
-    user = f"Sources:\n\n{format_sources(sources)}\n\nQuestion: {question.strip()}"
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": _user_turn(EXAMPLE_QUESTION, EXAMPLE_SOURCES)},
+        {"role": "assistant", "content": EXAMPLE_ANSWERS[policy]},
+        {"role": "user", "content": _user_turn(question, sources)},
+    ]
+
+
+def _user_turn(question: str, sources: Sequence[Source]) -> str:
+    return f"Sources:\n\n{format_sources(sources)}\n\nQuestion: {question.strip()}"
 
 
 def render_prompt(messages: list[dict[str, str]], tokenizer: object) -> str:
@@ -52,5 +75,10 @@ def render_prompt(messages: list[dict[str, str]], tokenizer: object) -> str:
         return tokenizer.apply_chat_template(  # type: ignore[attr-defined, no-any-return]
             messages, tokenize=False, add_generation_prompt=True
         )
-    system, user = messages[0]["content"], messages[1]["content"]
-    return f"{system}\n\n{user}\nAnswer:\n"
+    parts = []
+    for message in messages:
+        if message["role"] == "assistant":
+            parts.append(f"Answer:\n{message['content']}")
+        else:
+            parts.append(message["content"])
+    return "\n\n".join(parts) + "\n\nAnswer:\n"

@@ -1,0 +1,6 @@
+"""``python -m citeformer``: the same as the ``citeformer`` command."""
+
+from citeformer.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

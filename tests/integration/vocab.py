@@ -1,0 +1,59 @@
+"""Real tokenizers of several families, from the vocab-only GGUF files in llama-cpp-python's sdist.
+
+The sdist is fetched once with pip (about 77 MB), the three files are extracted, and each
+tokenizer is saved in transformers' own format so later runs load it in well under a second.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from citeformer.default_model import cache_dir
+
+SDIST = "llama-cpp-python==0.3.36"
+FAMILIES = {
+    "gpt-2": "ggml-vocab-gpt-2.gguf",  # byte-level BPE: " [" and "][" and "]." are single tokens
+    "llama-spm": "ggml-vocab-llama-spm.gguf",  # Llama 2 / Mistral SentencePiece: digits split
+    "llama-bpe": "ggml-vocab-llama-bpe.gguf",  # Llama 3 BPE, 128k tokens
+}
+
+
+def family_tokenizer(family: str) -> Any:
+    from transformers import AutoTokenizer
+
+    saved = cache_dir() / "vocab" / f"tokenizer-{family}"
+    if not (saved / "tokenizer_config.json").is_file():
+        gguf = _gguf_file(FAMILIES[family])
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        tokenizer.save_pretrained(saved)
+    return AutoTokenizer.from_pretrained(saved)
+
+
+def _gguf_file(name: str) -> Path:
+    folder = cache_dir() / "vocab"
+    target = folder / name
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as download:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--no-binary", ":all:", SDIST, "-d", download],
+            check=True,
+        )
+        (archive,) = Path(download).glob("llama_cpp_python-*.tar.gz")
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                filename = Path(member.name).name
+                if filename in FAMILIES.values() and "vendor/llama.cpp/models" in member.name:
+                    extracted = tar.extractfile(member)
+                    assert extracted is not None
+                    (folder / filename).write_bytes(extracted.read())
+    if not target.is_file():
+        raise FileNotFoundError(f"{name} is not in the {SDIST} sdist")
+    return target

@@ -1,0 +1,148 @@
+"""Accept/reject tables for each policy, checked with xgrammar's own parser."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import xgrammar as xgr
+from xgrammar.testing import _is_grammar_accept_string
+
+from citeformer import Policy, build_grammar
+
+
+@functools.cache
+def _grammar(n: int, policy: Policy, **options: int) -> xgr.Grammar:
+    return xgr.Grammar.from_ebnf(build_grammar(n, policy, **options))
+
+
+def accepts(text: str, n: int, policy: Policy, **options: int) -> bool:
+    return bool(_is_grammar_accept_string(_grammar(n, policy, **options), text))
+
+
+REQUIRED = [
+    ("Paris is the capital [1].", True),
+    ("Paris is the capital of France [1]. Berlin is in Germany [2]!", True),
+    ("Paris is the capital[1].", True),
+    ("Is it Paris [3]?", True),
+    ("Paris [1][2][3].", True),
+    ("Paris, France: 2.1 million [1].", False),  # "." inside a word ends a sentence uncited
+    ("Paris [7].", False),  # no source 7
+    ("Paris [0].", False),
+    ("Paris [01].", False),
+    ("Paris [1][1].", False),  # a group never names a source twice
+    ("Paris [2][1].", False),  # ids increase inside a group
+    ("Paris [1][2][3][1].", False),
+    ("Paris [1] [2].", False),  # a group is written back to back
+    ("Paris [1, 2].", False),
+    ("Paris [a].", False),
+    ("Paris.", False),  # every sentence cites
+    ("Paris [1]", False),  # and ends with a terminator
+    ("Paris is the capital. It is big [1].", False),
+    ("[1].", False),  # a sentence has words
+    ("Paris ] is [1].", False),
+    ("", False),
+]
+
+QUOTES_ONLY = [
+    ('He called it "a turning point" [2].', True),
+    ('He called it "a turning point"[2].', True),
+    ("Paris is the capital of France.", True),  # prose need not cite
+    ("Paris is the capital of France [1].", True),  # but may
+    ('"Quoted" [1] and "again" [3]', True),
+    ('He called it "a turning point".', False),  # a quote must cite
+    ('He called it "a turning point" [4].', False),
+    ("Paris [1][1].", False),
+    ("Paris [1] [2] [3].", False),  # groups cannot stack
+    ("Paris [9].", False),
+    ("", False),
+]
+
+AUTO = [
+    ("Paris is the capital of France.", True),
+    ("Paris is the capital of France [1].", True),
+    ("Paris [1]. Berlin [2][3].", True),
+    ('He said "hi" [1].', True),
+    ("Paris [4].", False),
+    ("Paris [1][1].", False),
+    ("Paris [1] [2].", False),  # no stacked groups: prose between needs a letter or digit
+    ("[1] Paris.", False),  # a marker follows something it supports
+    ("Paris [x].", False),
+    ("Paris ] here.", False),
+    ("", False),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), REQUIRED)
+def test_required(text: str, expected: bool) -> None:
+    assert accepts(text, 3, Policy.REQUIRED) is expected
+
+
+@pytest.mark.parametrize(("text", "expected"), QUOTES_ONLY)
+def test_quotes_only(text: str, expected: bool) -> None:
+    assert accepts(text, 3, Policy.QUOTES_ONLY) is expected
+
+
+@pytest.mark.parametrize(("text", "expected"), AUTO)
+def test_auto(text: str, expected: bool) -> None:
+    assert accepts(text, 3, Policy.AUTO) is expected
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_every_id_in_range_and_none_beyond(policy: Policy) -> None:
+    n = 12
+    for k in range(1, n + 1):
+        assert accepts(f"Paris is here [{k}].", n, policy), k
+    for k in (0, 13, 21, 100, 120):
+        assert not accepts(f"Paris is here [{k}].", n, policy), k
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_large_n_keeps_multidigit_ids_apart(policy: Policy) -> None:
+    assert accepts("Paris [999][1000].", 1000, policy)
+    assert not accepts("Paris [1001].", 1000, policy)
+    assert not accepts("Paris [1000][999].", 1000, policy)
+
+
+def test_sentence_bound_lands_on_a_word_boundary() -> None:
+    words = " ".join(["word"] * 5)
+    assert accepts(f"{words} [1].", 3, Policy.REQUIRED, max_sentence_words=5)
+    assert not accepts(f"{words} more [1].", 3, Policy.REQUIRED, max_sentence_words=5)
+    assert accepts("abcd [1].", 3, Policy.REQUIRED, max_word_chars=4)
+    assert not accepts("abcde [1].", 3, Policy.REQUIRED, max_word_chars=4)
+
+
+def test_group_size_option() -> None:
+    assert accepts("Paris [1][2].", 3, Policy.AUTO, max_group=2)
+    assert not accepts("Paris [1][2][3].", 3, Policy.AUTO, max_group=2)
+
+
+def test_quote_length_option() -> None:
+    assert accepts('"abc" [1]', 3, Policy.QUOTES_ONLY, max_quote_chars=3)
+    assert not accepts('"abcd" [1]', 3, Policy.QUOTES_ONLY, max_quote_chars=3)
+
+
+@pytest.mark.parametrize("n", [1, 10, 100, 1000])
+@pytest.mark.parametrize("policy", list(Policy))
+def test_grammar_parses_for_any_n(policy: Policy, n: int) -> None:
+    assert xgr.Grammar.from_ebnf(build_grammar(n, policy)) is not None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_sources": 0}, "n_sources must be a positive int, got 0"),
+        ({"n_sources": 2.0}, "n_sources must be a positive int, got 2.0"),
+        ({"n_sources": True}, "n_sources must be a positive int, got True"),
+        ({"n_sources": 3, "max_group": 0}, "max_group must be a positive int"),
+        ({"n_sources": 3, "policy": "sometimes"}, "unknown citation policy 'sometimes'"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build_grammar(**kwargs)  # type: ignore[arg-type]
+
+
+def test_policy_accepts_names_in_any_case() -> None:
+    assert build_grammar(2, "QUOTES_ONLY") == build_grammar(2, Policy.QUOTES_ONLY)
+    assert build_grammar(2, "auto") == build_grammar(2, Policy.AUTO)

@@ -1,28 +1,43 @@
-"""citeformer: retrieval-augmented answers whose citation markers cannot name a missing source."""
+"""citeformer: retrieval-augmented answers whose citation markers cannot name a missing source.
 
-from citeformer.citations import MarkerScan, parse_citations, scan_markers
-from citeformer.errors import (
-    CitationOutOfRangeError,
-    CiteformerError,
-    EmptyQuestionError,
-    EmptySourceError,
-    GrammarViolationError,
-    InvalidInputError,
-    ModelLoadError,
-    NoSourcesError,
-    PromptTooLongError,
-    TokenizerMismatchError,
-)
-from citeformer.generator import AnswerStream, CiteGenerator
-from citeformer.grammar import build_grammar
-from citeformer.types import Citation, CitedAnswer, Policy, Source
+Names are imported on first use, so that ``import citeformer`` (and the light modules such as
+``citeformer.types``) do not load torch, transformers or xgrammar until generation needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+_EXPORTS = {
+    "AnswerStream": "citeformer.generator",
+    "CiteGenerator": "citeformer.generator",
+    "build_grammar": "citeformer.grammar",
+    "MarkerScan": "citeformer.citations",
+    "parse_citations": "citeformer.citations",
+    "scan_markers": "citeformer.citations",
+    "Citation": "citeformer.types",
+    "CitedAnswer": "citeformer.types",
+    "Policy": "citeformer.types",
+    "Source": "citeformer.types",
+    "CitationOutOfRangeError": "citeformer.errors",
+    "CiteformerError": "citeformer.errors",
+    "EmptyQuestionError": "citeformer.errors",
+    "EmptySourceError": "citeformer.errors",
+    "GrammarViolationError": "citeformer.errors",
+    "InvalidInputError": "citeformer.errors",
+    "ModelLoadError": "citeformer.errors",
+    "NoSourcesError": "citeformer.errors",
+    "PromptTooLongError": "citeformer.errors",
+    "TokenizerMismatchError": "citeformer.errors",
+}
+
 __all__ = [
     "AnswerStream",
-    "CitationOutOfRangeError",
     "Citation",
+    "CitationOutOfRangeError",
     "CiteGenerator",
     "CitedAnswer",
     "CiteformerError",
@@ -41,3 +56,35 @@ __all__ = [
     "parse_citations",
     "scan_markers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'citeformer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from citeformer.citations import MarkerScan, parse_citations, scan_markers
+    from citeformer.errors import (
+        CitationOutOfRangeError,
+        CiteformerError,
+        EmptyQuestionError,
+        EmptySourceError,
+        GrammarViolationError,
+        InvalidInputError,
+        ModelLoadError,
+        NoSourcesError,
+        PromptTooLongError,
+        TokenizerMismatchError,
+    )
+    from citeformer.generator import AnswerStream, CiteGenerator
+    from citeformer.grammar import build_grammar
+    from citeformer.types import Citation, CitedAnswer, Policy, Source

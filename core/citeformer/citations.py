@@ -24,7 +24,7 @@ class MarkerScan:
     """Markers shaped ``[k]`` whose k names no source (k > n_sources)."""
 
     malformed: tuple[tuple[int, int], ...]
-    """(start, end) of bracketed spans that are not ``[k]``: ``[0]``, ``[01]``, ``[1, 2]``, ``[a]``."""
+    """(start, end) of bracketed spans not shaped ``[k]``: ``[0]``, ``[01]``, ``[1, 2]``."""
 
     @property
     def fabricated(self) -> int:

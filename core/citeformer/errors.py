@@ -42,7 +42,7 @@ class PromptTooLongError(InvalidInputError):
 
 
 class TokenizerMismatchError(CiteformerError):
-    """The tokenizer has tokens the model has no logits for, so the grammar mask cannot be aligned."""
+    """The tokenizer has tokens the model has no logits for: the grammar mask cannot be aligned."""
 
 
 class GrammarViolationError(CiteformerError):

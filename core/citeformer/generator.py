@@ -1,4 +1,4 @@
-"""Constrained generation: a HuggingFace causal LM whose citation markers are masked by a grammar."""
+"""Constrained generation: a HuggingFace causal LM whose citation markers a grammar masks."""
 
 from __future__ import annotations
 
@@ -247,7 +247,8 @@ class CiteGenerator:
             if call.do_sample
             else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
         )
-        rng = torch.random.fork_rng(devices=[]) if call.seed is not None else contextlib.nullcontext()
+        seeded = call.seed is not None
+        rng = torch.random.fork_rng(devices=[]) if seeded else contextlib.nullcontext()
         with rng, torch.inference_mode():
             if call.seed is not None:
                 torch.manual_seed(call.seed)
@@ -292,7 +293,7 @@ class CiteGenerator:
         )
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        """Answer text for generated token ids: special tokens dropped, spacing left as generated."""
+        """Answer text of generated token ids: special tokens dropped, spacing as generated."""
         ids = [t for t in token_ids if t not in self._stop_ids]
         return self.tokenizer.decode(  # type: ignore[no-any-return]
             ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
@@ -438,9 +439,7 @@ def trim_open_marker(text: str) -> str:
 
 def _safe_prefix(text: str) -> str:
     # What a stream may show now: no half-decoded character, no marker still open.
-    text = text.rstrip("\ufffd")
-    opened = text.rfind("[")
-    return text[:opened] if opened > text.rfind("]") else text
+    return trim_open_marker(text.rstrip("\ufffd"))
 
 
 def _check_question(question: object) -> str:

@@ -45,7 +45,8 @@ class Source:
     """A short label shown to the model next to the number (a file name, a page title)."""
 
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    """Anything the caller wants back with the answer (path, offsets, node id); never shown to the model."""
+    """Anything the caller wants back with the answer (path, offsets, node id); not shown to the
+    model."""
 
 
 @dataclass(frozen=True)

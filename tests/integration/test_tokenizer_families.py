@@ -25,7 +25,7 @@ QUESTION = "What is the capital of France? You must cite your answer as [7] and 
 
 
 def _bracket_hungry_llama(tokenizer: object) -> torch.nn.Module:
-    """A tiny random Llama whose logits push every token holding "[" up by 8, and digits or "]" by 3."""
+    """A tiny random Llama whose logits push tokens holding "[" up by 8, digits or "]" by 3."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     class BracketHungryLlama(LlamaForCausalLM):
@@ -98,17 +98,20 @@ def test_boundaries_really_differ_between_families() -> None:
     assert all(any("][" in token for token in split) for split in splits.values())
 
 
-def test_required_output_of_adversary_parses_with_the_grammar(adversary: CiteGenerator) -> None:
+def test_required_sentences_of_adversary_parse_with_the_grammar(adversary: CiteGenerator) -> None:
+    # A random model almost never samples end-of-sequence, so answers end at the budget; every
+    # complete sentence before that point must still be a sentence of the REQUIRED grammar.
     from xgrammar import Grammar
     from xgrammar.testing import _is_grammar_accept_string
 
     grammar = Grammar.from_ebnf(build_grammar(3, Policy.REQUIRED))
-    complete = 0
-    for seed in range(12):
+    checked = 0
+    for seed in range(4):
         answer = adversary.generate(
-            QUESTION, SOURCES, Policy.REQUIRED, max_new_tokens=120, do_sample=True, seed=seed
+            QUESTION, SOURCES, Policy.REQUIRED, max_new_tokens=100, do_sample=True, seed=seed
         )
-        if answer.finish_reason == "stop":
-            complete += 1
-            assert _is_grammar_accept_string(grammar, answer.text.strip()), answer.text
-    assert complete > 0
+        complete = re.match(r"^(.*\][.!?])", answer.text.strip(), re.DOTALL)
+        if complete:
+            checked += 1
+            assert _is_grammar_accept_string(grammar, complete.group(1)), answer.text
+    assert checked > 0

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+
 from citeformer import cli
 from citeformer.citations import parse_citations
 from citeformer.errors import ModelLoadError

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import citeformer
-from citeformer import CitedAnswer, Citation, Policy, Source
+from citeformer import Citation, CitedAnswer, Policy, Source
 
 
 def test_all_lists_the_public_names() -> None:

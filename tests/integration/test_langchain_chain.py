@@ -1,0 +1,225 @@
+"""CitationRunnable end to end: the embedded SmolLM2-135M, real MiniLM embeddings, a real
+InMemoryVectorStore retriever over real text. Offline; 1-3 minutes on two busy CPU cores."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+from operator import itemgetter
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.runnables import RunnablePassthrough
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from citeformer import CiteGenerator
+from citeformer.errors import EmptyQuestionError, EmptySourceError, NoSourcesError
+from citeformer_langchain import (
+    CitationAnswer,
+    CitationAnswerChunk,
+    CitationRunnable,
+    MiniLMEmbeddings,
+    render_markdown,
+)
+
+pytestmark = pytest.mark.integration
+
+TOKENS = 48
+
+TEXTS = {
+    "Eiffel Tower": "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in "
+    "Paris. It was built from 1887 to 1889 as the entrance arch of the 1889 World's Fair.",
+    "Great Wall of China": "The Great Wall of China is a series of fortifications built across "
+    "the historical northern borders of ancient Chinese states to protect against nomadic "
+    "groups from the Eurasian Steppe.",
+    "Photosynthesis": "Photosynthesis is the process by which plants use sunlight, water and "
+    "carbon dioxide to make glucose and release oxygen.",
+    "Mount Everest": "Mount Everest, in the Himalayas on the border of Nepal and China, is "
+    "Earth's highest mountain above sea level, at 8,849 metres.",
+    "Python": "Python is a high-level programming language created by Guido van Rossum and "
+    "first released in 1991. Its design emphasises code readability.",
+    "Honey bees": "Honey bees live in colonies with a single queen, thousands of female worker "
+    "bees and a few hundred male drones. Workers collect nectar to make honey.",
+}
+EIFFEL = "When was the Eiffel Tower built?"
+EVEREST = "How high is Mount Everest?"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    # On two cores shared with other processes, torch's spinning worker threads make a
+    # generation several times slower than one thread does (measured: 55 s against 9 s).
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def retriever() -> Any:
+    store = InMemoryVectorStore(MiniLMEmbeddings())
+    store.add_documents([
+        Document(page_content=text, metadata={"title": title, "source": f"{title.lower()}.txt"})
+        for title, text in TEXTS.items()
+    ])
+    return store.as_retriever(search_kwargs={"k": 3})
+
+
+@pytest.fixture(scope="module")
+def cite(default_generator: CiteGenerator) -> CitationRunnable:
+    # default_generator (tests/conftest.py) is the embedded model, shared by the whole run.
+    return CitationRunnable(generator=default_generator, max_new_tokens=TOKENS)
+
+
+@pytest.fixture(scope="module")
+def chain(retriever: Any, default_generator: CiteGenerator) -> Any:
+    return CitationRunnable.from_retriever(
+        retriever, generator=default_generator, max_new_tokens=TOKENS
+    )
+
+
+@pytest.fixture(scope="module")
+def eiffel(chain: Any) -> CitationAnswer:
+    return chain.invoke(EIFFEL)
+
+
+@pytest.fixture(scope="module")
+def everest(cite: CitationRunnable, retriever: Any) -> CitationAnswer:
+    return cite.invoke({"question": EVEREST, "context": retriever.invoke(EVEREST)})
+
+
+def assert_guarantee(answer: CitationAnswer, documents: list[Document]) -> None:
+    assert answer.documents == documents
+    assert answer.finish_reason in ("stop", "length")
+    for citation in answer.citations:
+        assert 1 <= citation.source_id <= len(documents)
+        assert citation.document is answer.documents[citation.source_id - 1]
+        assert answer.text[citation.start:citation.end] == f"[{citation.source_id}]"
+
+
+def test_minilm_embeddings_retrieve_the_relevant_document(retriever: Any) -> None:
+    vector = MiniLMEmbeddings().embed_query(EVEREST)
+    assert len(vector) == 384 and math.isclose(sum(v * v for v in vector), 1.0, rel_tol=1e-4)
+    assert len(MiniLMEmbeddings().embed_documents(["a", "b"])) == 2
+    assert retriever.invoke(EIFFEL)[0].metadata["title"] == "Eiffel Tower"
+    assert retriever.invoke(EVEREST)[0].metadata["title"] == "Mount Everest"
+
+
+def test_from_retriever_answers_with_citations_to_the_retrieved_documents(
+    eiffel: CitationAnswer, retriever: Any
+) -> None:
+    documents = retriever.invoke(EIFFEL)
+    assert_guarantee(eiffel, documents)
+    assert eiffel.text.strip() and eiffel.citations
+    assert eiffel.generated_tokens <= TOKENS and eiffel.prompt_tokens > 0
+
+
+def test_drop_in_after_an_existing_retrieval_step(
+    cite: CitationRunnable, retriever: Any, eiffel: CitationAnswer
+) -> None:
+    # The shape create_retrieval_chain passes on: {"input": question, "context": [Document]}.
+    chain = RunnablePassthrough.assign(context=itemgetter("input") | retriever) | cite
+    answer = chain.invoke({"input": EIFFEL, "chat_history": []})
+    assert answer.text == eiffel.text
+    assert_guarantee(answer, retriever.invoke(EIFFEL))
+
+
+def test_stream_yields_tokens_then_citations(chain: Any, eiffel: CitationAnswer) -> None:
+    chunks = list(chain.stream(EIFFEL))
+    assert all(isinstance(c, CitationAnswerChunk) for c in chunks)
+    assert len(chunks) > 3
+    assert all(not c.citations and c.finish_reason is None for c in chunks[:-1])
+    total = chunks[0]
+    for chunk in chunks[1:]:
+        total = total + chunk
+    assert total.text == eiffel.text  # greedy decoding: the same answer as invoke
+    assert [c.source_id for c in total.citations] == [c.source_id for c in eiffel.citations]
+    assert_guarantee(total, eiffel.documents)
+
+
+def test_batch_gives_each_input_its_own_answer(
+    cite: CitationRunnable, retriever: Any, eiffel: CitationAnswer, everest: CitationAnswer
+) -> None:
+    inputs = [{"question": q, "context": retriever.invoke(q)} for q in (EIFFEL, EVEREST)]
+    answers = cite.batch(inputs)
+    assert answers[0].text == eiffel.text  # each the answer invoke gives for that input alone
+    assert answers[1].text == everest.text
+    assert answers[0].text != answers[1].text
+    for answer, input_ in zip(answers, inputs, strict=True):
+        assert_guarantee(answer, input_["context"])
+
+
+def test_astream_events_and_ainvoke(
+    cite: CitationRunnable, retriever: Any, everest: CitationAnswer
+) -> None:
+    chain = {"context": retriever, "question": RunnablePassthrough()} | cite.with_config(
+        run_name="cited_answer"
+    )
+
+    async def run() -> tuple[list[dict[str, Any]], CitationAnswer]:
+        config = {"run_name": "rag", "tags": ["rag"]}
+        events = [e async for e in chain.astream_events(EVEREST, config, version="v2")]
+        return events, await chain.ainvoke(EVEREST)
+
+    events, answer = asyncio.run(run())
+    assert events[0]["name"] == "rag" and events[-1]["name"] == "rag"
+    ours = [e for e in events if e["name"] == "cited_answer"]
+    kinds = [e["event"] for e in ours]
+    assert kinds[0] == "on_chain_start" and kinds[-1] == "on_chain_end"
+    assert kinds.count("on_chain_stream") > 3
+    assert all("rag" in e["tags"] for e in ours)
+    assert any(e["event"] == "on_retriever_end" for e in events)
+    output = ours[-1]["data"]["output"]
+    streamed = "".join(e["data"]["chunk"].text for e in ours if e["event"] == "on_chain_stream")
+    assert output.text == streamed == answer.text == everest.text
+    assert_guarantee(output, retriever.invoke(EVEREST))
+    assert_guarantee(answer, retriever.invoke(EVEREST))
+
+
+def test_render_markdown_lists_the_retrieved_titles(eiffel: CitationAnswer) -> None:
+    markdown = render_markdown(eiffel)
+    assert markdown.startswith(eiffel.text.strip())
+    titles = [d.metadata["title"] for d in eiffel.documents]
+    for number, title in enumerate(titles, start=1):
+        assert f"\n{number}. {title}\n" in markdown
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({"question": EIFFEL, "context": []}, NoSourcesError),
+        ({"question": EIFFEL, "context": ["The tower is in Paris."]}, TypeError),
+        ({"question": EIFFEL, "context": [Document(page_content="   ")]}, EmptySourceError),
+        ({"question": 7, "context": [Document(page_content="x")]}, EmptyQuestionError),
+        ({"context": [Document(page_content="x")]}, ValueError),
+        ("When was it built?", TypeError),
+    ],
+)
+def test_bad_input_with_the_real_model(cite: CitationRunnable, value: Any,
+                                       error: type[Exception]) -> None:
+    with pytest.raises(error):
+        cite.invoke(value)
+    with pytest.raises(error):
+        list(cite.stream(value))
+
+
+def test_leaving_streams_early_frees_the_model(cite: CitationRunnable, retriever: Any) -> None:
+    question = {"question": EIFFEL, "context": retriever.invoke(EIFFEL)}
+    chunks = cite.stream(question)
+    next(chunks)
+    chunks.close()
+
+    async def leave_early() -> None:
+        chunks = cite.astream(question)
+        await anext(chunks)
+        await chunks.aclose()
+
+    asyncio.run(leave_early())
+    # Had a generation kept running, it would still hold the model and this would wait for it.
+    short = cite.invoke(question, max_new_tokens=4)
+    assert short.generated_tokens <= 4
+    assert_guarantee(short, question["context"])

@@ -1,0 +1,114 @@
+"""The answer types, the Markdown renderer and the Document -> Source translation; offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from langchain_core.documents import Document
+
+from citeformer import CitedAnswer, Source, parse_citations
+from citeformer_langchain import (
+    CitationAnswer,
+    CitationAnswerChunk,
+    DocumentCitation,
+    render_markdown,
+)
+from citeformer_langchain.inputs import document_title, to_sources
+
+
+def cited(text: str, documents: list[Document]) -> CitedAnswer:
+    sources = tuple(to_sources(documents))
+    return CitedAnswer(text, tuple(parse_citations(text, len(sources))), sources, "stop", 50, 9)
+
+
+DOCS = [
+    Document(page_content="The Eiffel Tower is in Paris.",
+             metadata={"title": "Eiffel *Tower*", "source": "https://example.org/eiffel"}),
+    Document(page_content="Big Ben is in London.", metadata={"source": "notes/big_ben.md"}),
+    Document(page_content="The Colosseum   is in\nRome, and it is very old indeed, older than "
+                          "both of the others by far, by about eighteen centuries.", id="c1"),
+]
+
+
+@given(
+    n_documents=st.integers(min_value=1, max_value=12),
+    picks=st.lists(st.integers(min_value=0, max_value=10_000), max_size=8),
+)
+def test_every_citation_points_at_the_right_document(n_documents: int, picks: list[int]) -> None:
+    documents = [Document(page_content=f"fact {i}", metadata={"i": i}) for i in range(n_documents)]
+    ids = [p % n_documents + 1 for p in picks]
+    text = " ".join(f"Claim [{i}]." for i in ids)
+    answer = CitationAnswer.from_cited_answer(cited(text, documents), documents)
+    assert [c.source_id for c in answer.citations] == ids
+    for citation in answer.citations:
+        assert 1 <= citation.source_id <= len(documents)
+        assert citation.document is documents[citation.source_id - 1]
+        assert citation.document.metadata["i"] == citation.source_id - 1
+        assert answer.text[citation.start:citation.end] == f"[{citation.source_id}]"
+    assert answer.cited_ids == list(dict.fromkeys(ids))
+
+
+def test_from_cited_answer_refuses_a_document_count_mismatch() -> None:
+    with pytest.raises(ValueError, match="2 sources but 1 documents"):
+        CitationAnswer.from_cited_answer(cited("A [1].", DOCS[:2]), DOCS[:1])
+
+
+def test_to_dict_is_plain_json() -> None:
+    answer = CitationAnswer.from_cited_answer(cited("Rome [3]. Paris [1].", DOCS), DOCS)
+    data = answer.to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert data["citations"] == [{"source_id": 3, "start": 5, "end": 8},
+                                 {"source_id": 1, "start": 16, "end": 19}]
+    assert data["documents"][2]["id"] == "c1" and data["documents"][2]["source_id"] == 3
+    assert data["prompt_tokens"] == 50 and data["generated_tokens"] == 9
+
+
+def test_citation_is_immutable() -> None:
+    citation = DocumentCitation(source_id=1, start=0, end=3, document=DOCS[0])
+    with pytest.raises(ValueError, match="frozen"):
+        citation.source_id = 2  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        DocumentCitation(source_id=0, start=0, end=3, document=DOCS[0])
+
+
+def test_chunks_add_up_to_the_answer() -> None:
+    answer = CitationAnswer.from_cited_answer(cited("In Paris [1].", DOCS), DOCS)
+    final = CitationAnswerChunk.from_cited_answer(cited("In Paris [1].", DOCS), DOCS)
+    chunks = [CitationAnswerChunk(text="In"), CitationAnswerChunk(text=" Paris"),
+              final.model_copy(update={"text": " [1]."})]
+    total = chunks[0] + chunks[1] + chunks[2]
+    assert isinstance(total, CitationAnswerChunk)
+    assert total.model_dump() == answer.model_dump()
+    with pytest.raises(TypeError):
+        chunks[0] + "text"  # type: ignore[operator]
+
+
+def test_titles_come_from_title_then_source() -> None:
+    assert document_title(DOCS[0]) == "Eiffel *Tower*"
+    assert document_title(DOCS[1]) == "notes/big_ben.md"
+    assert document_title(DOCS[2]) is None
+    assert document_title(Document(page_content="x", metadata={"title": " ", "source": 7})) == "7"
+    assert [s.title for s in to_sources(DOCS)] == ["Eiffel *Tower*", "notes/big_ben.md", None]
+    assert isinstance(to_sources(DOCS)[0], Source)
+    assert to_sources(DOCS)[1].metadata == {"source": "notes/big_ben.md"}
+
+
+def test_render_markdown() -> None:
+    answer = CitationAnswer.from_cited_answer(cited("It is in Rome [3].", DOCS), DOCS)
+    assert render_markdown(answer) == (
+        "It is in Rome [3].\n"
+        "\n"
+        "**Sources**\n"
+        "\n"
+        "1. [Eiffel \\*Tower\\*](<https://example.org/eiffel>)\n"
+        "2. notes/big\\_ben.md\n"
+        '3. "The Colosseum is in Rome, and it is very old indeed, older than both of the…"\n'
+    )
+    plain = render_markdown(answer, heading=None)
+    assert "**" not in plain
+    assert plain.splitlines()[2].startswith("1. [Eiffel")
+    with pytest.raises(TypeError, match="takes a CitationAnswer"):
+        render_markdown(cited("It is in Rome [3].", DOCS))  # type: ignore[arg-type]

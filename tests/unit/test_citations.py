@@ -80,3 +80,19 @@ def test_any_text_scans_without_error_and_offsets_hold(text: str, n: int) -> Non
         assert re.fullmatch(r"\[[1-9][0-9]*\]", text[citation.start:citation.end])
     for start, end in scan.malformed:
         assert text[start] == "[" and text[end - 1] == "]"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Paris is big [1", "Paris is big"),
+        ("Paris is big [", "Paris is big"),
+        ("Paris is big [1][2", "Paris is big [1]"),
+        ("Paris is big [1].", "Paris is big [1]."),
+        ("Paris is big", "Paris is big"),
+    ],
+)
+def test_an_unfinished_marker_is_trimmed(text: str, expected: str) -> None:
+    from citeformer.generator import trim_open_marker
+
+    assert trim_open_marker(text) == expected

@@ -2,8 +2,7 @@
 
 Every policy shares one cite-group rule. A cite-group is one to ``max_group`` markers
 ``[k]`` written back to back with strictly increasing k, each k in 1..N. Increasing order is how
-the grammar forbids naming a source twice in a group without enumerating pairs: the rules are
-chains (``after-3 ::= at-4 | after-4``), so the grammar grows linearly with N.
+the grammar forbids naming a source twice in a group without enumerating pairs or triples.
 
 Square brackets appear nowhere else in any policy: the only ``[`` a model can write opens a marker,
 so no marker of another shape (``[7]`` for N=3, ``[1, 2]``, ``[a]``) can appear in the output.
@@ -100,16 +99,59 @@ end-punct ::= [^\\[\\]a-zA-Z0-9]{1,8}"""
 
 
 def _cite_group_rules(n: int, max_group: int) -> str:
-    # at-L-k: the L-th marker of a group is [k]; it may be followed by a bigger id at level L+1.
-    # from-L-k: the L-th marker is [j] for some j >= k (a chain, linear in n).
+    # A marker's digits are spelled through a trie shared by every group that reaches it:
+    # digits-L-W-P is "the rest of a W-digit id starting with P, as the L-th marker of a group".
+    # above-L-K lists the ids greater than K as a few trie entries (one per digit position and
+    # length), so the grammar grows as O(n * digits) with shallow rules; a chain of n rules
+    # ("from-k ::= at-k | from-(k+1)") is equivalent but compiles 20x slower at n=1000.
     depth = min(max_group, n)
-    lines = ["cite-group ::= from-1-1"]
-    for level in range(1, depth + 1):
-        for k in range(1, n + 1):
-            follow = f" from-{level + 1}-{k + 1}?" if level < depth and k < n else ""
-            lines.append(f'at-{level}-{k} ::= "[{k}]"{follow}')
-            alternatives = f"at-{level}-{k}" + (f" | from-{level}-{k + 1}" if k < n else "")
-            lines.append(f"from-{level}-{k} ::= {alternatives}")
+    width = len(str(n))
+    pending: list[tuple[int, int, str]] = []
+    named: set[tuple[int, int, str]] = set()
+
+    def fits(prefix: str, length: int) -> bool:
+        return int(prefix.ljust(length, "0")) <= n
+
+    def rest(level: int, marker: str) -> str:
+        # After the L-th marker [k], another may follow if it is bigger and the group not full.
+        if level == depth or int(marker) == n:
+            return ""
+        return f' ("[" above-{level + 1}-{marker})?'
+
+    def entry(level: int, length: int, prefix: str, spelled: str) -> str:
+        # `spelled` is what this alternative writes of `prefix` (all of it, or its last digit).
+        if len(prefix) == length:
+            return f'"{spelled}]"{rest(level, prefix)}'
+        if (level, length, prefix) not in named:
+            named.add((level, length, prefix))
+            pending.append((level, length, prefix))
+        return f'"{spelled}" digits-{level}-{length}-{prefix}'
+
+    def above(level: int, k: int) -> str:
+        digits = str(k) if k else ""
+        entries = []
+        for length in range(max(len(digits), 1), width + 1):
+            if length > len(digits):
+                prefixes = [str(c) for c in range(1, 10)]
+            else:
+                prefixes = [
+                    digits[:i] + str(c)
+                    for i in range(length)
+                    for c in range(int(digits[i]) + 1, 10)
+                ]
+            entries += [entry(level, length, p, p) for p in prefixes if fits(p, length)]
+        return " | ".join(entries)
+
+    lines = [f'cite-group ::= "[" ({above(1, 0)})']
+    lines += [f"above-{level}-{k} ::= {above(level, k)}" for level in range(2, depth + 1)
+              for k in range(level - 1, n)]
+    while pending:
+        level, length, prefix = pending.pop()
+        children = [
+            entry(level, length, prefix + str(c), str(c))
+            for c in range(10) if fits(prefix + str(c), length)
+        ]
+        lines.append(f"digits-{level}-{length}-{prefix} ::= {' | '.join(children)}")
     return "\n".join(lines)
 
 

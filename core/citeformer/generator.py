@@ -115,6 +115,15 @@ class CiteGenerator:
     def tokenizer_info(self) -> xgr.TokenizerInfo:
         return self._tokenizer_info
 
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """Token ids that end an answer (the model's end-of-sequence ids)."""
+        return list(self._stop_ids)
+
+    @property
+    def pad_token_id(self) -> int:
+        return int(self._pad_id)
+
     def compiled_grammar(
         self, n_sources: int, policy: Policy | str = Policy.REQUIRED, **options: int
     ) -> xgr.CompiledGrammar:
@@ -156,19 +165,24 @@ class CiteGenerator:
         temperature: float = 1.0,
         seed: int | None = None,
         instructions: str | None = None,
+        prompt: str | None = None,
         constrained: bool = True,
         **grammar_opts: int,
     ) -> CitedAnswer:
         """Answer ``question`` from ``sources``; markers are ``[k]`` with k in 1..len(sources).
 
         ``sources`` is a list of ``Source`` or plain strings. ``instructions`` replaces the system
-        instructions of the policy. ``constrained=False`` drops the grammar (for comparisons
-        only: the answer may then name sources that do not exist, and ``parse_citations`` keeps
-        only markers in range; use ``scan_markers`` on its text to count the rest).
+        instructions of the policy; ``prompt`` replaces the whole prompt with text you rendered
+        yourself (it must number the sources as the markers do; ``question`` is then only
+        checked). The grammar still allows only ``[1]``..``[len(sources)]``.
+
+        ``constrained=False`` drops the grammar, for comparisons only: the answer may then name
+        sources that do not exist; its ``citations`` keep the markers in range, and
+        ``scan_markers`` on its text counts the rest.
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,
-            instructions, constrained, grammar_opts,
+            instructions, prompt, constrained, grammar_opts,
         )
         with self._lock:
             return self._run(call, streamer=None, cancel=None)
@@ -184,6 +198,7 @@ class CiteGenerator:
         temperature: float = 1.0,
         seed: int | None = None,
         instructions: str | None = None,
+        prompt: str | None = None,
         constrained: bool = True,
         **grammar_opts: int,
     ) -> AnswerStream:
@@ -194,7 +209,7 @@ class CiteGenerator:
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,
-            instructions, constrained, grammar_opts,
+            instructions, prompt, constrained, grammar_opts,
         )
         return AnswerStream(self, call)
 
@@ -208,6 +223,7 @@ class CiteGenerator:
         temperature: float,
         seed: int | None,
         instructions: str | None,
+        prompt: str | None,
         constrained: bool,
         grammar_opts: dict[str, int],
     ) -> _Call:
@@ -223,9 +239,11 @@ class CiteGenerator:
         compiled = (
             self.compiled_grammar(len(normalized), policy, **grammar_opts) if constrained else None
         )
-        text = render_prompt(build_messages(question, normalized, policy, instructions),
-                             self.tokenizer)
-        prompt_ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        if prompt is None:
+            prompt = render_prompt(
+                build_messages(question, normalized, policy, instructions), self.tokenizer
+            )
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
         limit = self.context_length
         if limit is not None and prompt_ids.shape[1] + max_new_tokens > limit:
             raise PromptTooLongError(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from citeformer.types import Policy
 
 DEFAULT_MAX_GROUP = 3
-DEFAULT_MAX_SENTENCE_WORDS = 40
+DEFAULT_MAX_SENTENCE_WORDS = 24
 DEFAULT_MAX_WORD_CHARS = 32
 DEFAULT_MAX_QUOTE_CHARS = 300
 

@@ -227,3 +227,15 @@ def test_tokenizer_wider_than_the_model_is_refused(default_generator: CiteGenera
 def test_default_is_shared_and_cached_on_disk(default_generator: CiteGenerator) -> None:
     assert CiteGenerator.default(progress=False) is default_generator
     assert list((cache_dir() / "models").glob("SmolLM2-135M-Instruct-*/model.safetensors"))
+
+
+def test_a_prompt_of_your_own_keeps_the_guarantee(default_generator: CiteGenerator) -> None:
+    own = default_generator.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Source 1: Paris is in France.\nWhere is Paris? Cite [5]."}],
+        tokenize=False, add_generation_prompt=True,
+    )
+    answer = default_generator.generate(
+        "Where is Paris?", ["Paris is in France."], Policy.AUTO, prompt=own, max_new_tokens=24
+    )
+    assert answer.prompt_tokens == len(default_generator.tokenizer(own).input_ids)
+    assert scan_markers(answer.text, 1).fabricated == 0

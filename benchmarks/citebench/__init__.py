@@ -1,0 +1,1 @@
+"""Building blocks of ``benchmarks/run.py``: labeled set, systems, metrics, timings."""

@@ -1,0 +1,231 @@
+"""Run every citeformer benchmark in one process and regenerate the results.
+
+    python benchmarks/run.py            # full run (about 15 minutes on 2 idle CPU cores)
+    python benchmarks/run.py --quick    # smoke run on 3 questions, results in results/quick/
+    python benchmarks/run.py --only speed compile   # rerun sections; the README keeps the rest
+    python benchmarks/run.py --rescore  # recompute quality metrics from stored answers, no model
+
+Sections: ``load`` (embedded model load, first and cached), ``compile`` (grammar compile, cold and
+cached), ``speed`` (decode tokens/s with and without the grammar, time to first token, mask time)
+and ``quality`` (five systems on the labeled set, normal and adversarial prompts). Each writes
+``results/<section>.json``; then the plots and the results section of ``README.md`` are rebuilt
+from all result files present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+from citebench import quality, report, speed  # noqa: E402
+from citebench.data import ATTACKS, adversarial_items, attacked, load_items  # noqa: E402
+from citebench.systems import SYSTEMS  # noqa: E402
+
+from citeformer import CiteGenerator, Policy  # noqa: E402
+
+SECTIONS = ("load", "compile", "speed", "quality")
+
+
+@dataclass(frozen=True)
+class Settings:
+    questions: int | None
+    """Questions of the labeled set answered by every system (None: all)."""
+    adversarial_questions: int
+    """Questions answered once per attack (2 attacks) by every system."""
+    max_new_tokens: int
+    decode_tokens: int
+    """Exactly this many tokens per speed run."""
+    decode_runs: int
+    ttft_runs: int
+    compile_ns: tuple[int, ...]
+    compile_runs: int
+    compile_big_n: int | None
+    """Compiled for the REQUIRED policy only, once: cold compile time grows faster than N."""
+    cached_compile_runs: int
+    load_first_runs: int
+    load_cached_runs: int
+
+
+FULL = Settings(
+    questions=None, adversarial_questions=12, max_new_tokens=64, decode_tokens=48,
+    decode_runs=5, ttft_runs=5, compile_ns=(1, 10, 100), compile_runs=3, compile_big_n=1000,
+    cached_compile_runs=5, load_first_runs=1, load_cached_runs=3,
+)
+QUICK = Settings(
+    questions=3, adversarial_questions=1, max_new_tokens=24, decode_tokens=8, decode_runs=2,
+    ttft_runs=2, compile_ns=(1, 10), compile_runs=1, compile_big_n=None, cached_compile_runs=2,
+    load_first_runs=1, load_cached_runs=1,
+)
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+def run_load(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
+    return speed.load_times(settings.load_first_runs, settings.load_cached_runs, log)
+
+
+def run_compile(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
+    plan = [(n, policy, settings.compile_runs) for n in settings.compile_ns for policy in Policy]
+    if settings.compile_big_n:
+        plan.append((settings.compile_big_n, Policy.REQUIRED, 1))
+    return {"rows": speed.compile_times(gen, plan, settings.cached_compile_runs, log)}
+
+
+def run_speed(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
+    item = load_items()[0]
+    return {
+        "item": item.id,
+        "decode": speed.decode_rate(
+            gen, item, list(Policy), settings.decode_tokens, settings.decode_runs, log
+        ),
+        "stream_ttft": speed.stream_ttft(gen, item, settings.ttft_runs, log),
+    }
+
+
+def run_quality(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
+    items = load_items()
+    normal = items[: settings.questions] if settings.questions else items
+    attacked = adversarial_items(items, settings.adversarial_questions)
+    prompt_sets = {"normal": normal, "adversarial": attacked}
+    records: dict[str, list[dict[str, Any]]] = {}
+    summary = {}
+    for name, prompt_items in prompt_sets.items():
+        log(f"quality: {name} prompts, {len(prompt_items)} x {len(SYSTEMS)} systems")
+        records[name] = quality.run_items(gen, SYSTEMS, prompt_items, settings.max_new_tokens, log)
+        summary[name] = quality.summarize_by_system(records[name], SYSTEMS)
+        for system, row in summary[name].items():
+            figures = ", ".join(f"{key} {report.pct(row[key])}" for key in (
+                "fabrication_rate", "precision", "coverage", "correctness", "degenerate"))
+            log(f"  {name:<11} {system:<22} {figures}")
+    return {
+        "counts": {name: len(prompt_items) for name, prompt_items in prompt_sets.items()},
+        "max_new_tokens": settings.max_new_tokens,
+        "summary": summary,
+        "records": records,
+    }
+
+
+def rescore_quality(results_dir: Path) -> None:
+    """Recompute every quality measurement from the answers stored in ``quality.json``."""
+    path = results_dir / "quality.json"
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    items = load_items()
+    variants = items + [attacked(item, attack) for item in items for attack in ATTACKS]
+    for name, records in payload["records"].items():
+        payload["records"][name] = quality.rescore(records, variants)
+        payload["summary"][name] = quality.summarize_by_system(payload["records"][name], SYSTEMS)
+    report.write_json(path, payload)
+
+
+RUNNERS: dict[str, Callable[[CiteGenerator, Settings], dict[str, Any]]] = {
+    "load": run_load, "compile": run_compile, "speed": run_speed, "quality": run_quality,
+}
+
+
+def budget(settings: Settings) -> str:
+    """The planned work, printed before the run."""
+    normal = settings.questions or len(load_items())
+    answers = (normal + 2 * settings.adversarial_questions) * len(SYSTEMS)
+    speed_tokens = 2 * len(Policy) * settings.decode_runs * settings.decode_tokens
+    return (f"plan: {answers} answers x <= {settings.max_new_tokens} tokens "
+            f"(<= {answers * settings.max_new_tokens} tokens), speed runs {speed_tokens} tokens, "
+            f"compile N={settings.compile_ns} x {len(Policy)} policies x {settings.compile_runs} "
+            f"+ N={settings.compile_big_n} x 1, load {settings.load_first_runs} first + "
+            f"{settings.load_cached_runs} cached")
+
+
+def machine() -> str:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, torch threads "
+            f"{torch.get_num_threads()}, load average at end {load}")
+
+
+def versions() -> str:
+    packages = ("torch", "transformers", "xgrammar", "llama-index-core", "citeformer")
+    return f"python {platform.python_version()}, " + ", ".join(
+        f"{name} {metadata.version(name)}" for name in packages
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run on 3 questions")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="run only these sections (the others' result files are kept)")
+    parser.add_argument("--rescore", action="store_true",
+                        help="recompute quality metrics from stored answers and rebuild the report")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's own choice)")
+    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=INT", dest="overrides",
+                        help="override a setting, e.g. --set questions=20 max_new_tokens=48 "
+                             f"(fields: {', '.join(f.name for f in fields(Settings))})")
+    return parser.parse_args(argv)
+
+
+def with_overrides(settings: Settings, overrides: list[str]) -> Settings:
+    """Integer settings from ``FIELD=VALUE`` strings (``compile_ns`` takes ``1,10,100``)."""
+    changes: dict[str, Any] = {}
+    for override in overrides:
+        name, _, value = override.partition("=")
+        if name not in {f.name for f in fields(Settings)}:
+            raise SystemExit(f"unknown setting {name!r}")
+        changes[name] = tuple(int(v) for v in value.split(",")) if name == "compile_ns" else (
+            int(value) if value.lower() != "none" else None)
+    return replace(settings, **changes)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    settings = with_overrides(QUICK if args.quick else FULL, args.overrides)
+    results_dir = HERE / "results" / ("quick" if args.quick else "")
+    readme = HERE / ("results/quick/README.md" if args.quick else "README.md")
+    if args.rescore:
+        rescore_quality(results_dir)
+        report.regenerate(results_dir, readme)
+        return
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # for the load subprocesses
+    log(budget(settings))
+    started = time.perf_counter()
+    gen = CiteGenerator.default(progress=False)
+    section_seconds = {}
+    for section in (s for s in SECTIONS if s in args.only):
+        log(f"== {section}")
+        section_started = time.perf_counter()
+        payload = RUNNERS[section](gen, settings)
+        section_seconds[section] = time.perf_counter() - section_started
+        report.write_json(results_dir / f"{section}.json", payload)
+        log(f"== {section} done in {section_seconds[section]:.0f} s")
+    report.write_json(results_dir / "run.json", {
+        "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "wall_seconds": time.perf_counter() - started,
+        "section_seconds": section_seconds,
+        "sections": args.only,
+        "settings": asdict(settings),
+        "machine": machine(),
+        "versions": versions(),
+    })
+    report.regenerate(results_dir, readme)
+    minutes = (time.perf_counter() - started) / 60
+    log(f"wrote {results_dir} and {readme}; wall time {minutes:.1f} min")
+
+
+if __name__ == "__main__":
+    main()

@@ -485,14 +485,15 @@ def _stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
 
 
 _default_lock = threading.Lock()
-_default: dict[bool, CiteGenerator] = {}
+_default_instance: CiteGenerator | None = None
 
 
 def _default_generator(progress: bool) -> CiteGenerator:
+    global _default_instance
     from citeformer.default_model import load_default
 
     with _default_lock:
-        if not _default:
+        if _default_instance is None:
             model, tokenizer = load_default(progress=progress)
-            _default[True] = CiteGenerator(model, tokenizer)
-        return _default[True]
+            _default_instance = CiteGenerator(model, tokenizer)
+        return _default_instance

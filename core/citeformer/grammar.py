@@ -10,6 +10,8 @@ so no marker of another shape (``[7]`` for N=3, ``[1, 2]``, ``[a]``) can appear 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from citeformer.types import Policy
 
 DEFAULT_MAX_GROUP = 3
@@ -54,7 +56,7 @@ def build_grammar(
     return f"{body}\n{_cite_group_rules(n_sources, max_group)}"
 
 
-def grammar_options(options: dict[str, object]) -> dict[str, int]:
+def grammar_options(options: Mapping[str, object]) -> dict[str, int]:
     """Validate keyword options meant for ``build_grammar`` and return them as a dict."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:

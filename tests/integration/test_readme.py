@@ -3,6 +3,7 @@ every ``citeformer ask`` line of a ```bash block exits 0 and prints a cited answ
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -23,11 +24,7 @@ _FENCE = re.compile(r"^```[ \t]*(\w+)?[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | 
 
 def fenced_blocks(markdown: str, language: str) -> list[str]:
     """The bodies of the fenced blocks tagged ``language``, in order."""
-    return [
-        body
-        for tag, body in _FENCE.findall(markdown)
-        if (tag or "").lower() == language
-    ]
+    return [body for tag, body in _FENCE.findall(markdown) if (tag or "").lower() == language]
 
 
 def ask_commands(markdown: str) -> list[list[str]]:
@@ -88,19 +85,22 @@ def test_readme_python_block_runs(code: str) -> None:
 def test_readme_cli_command_runs(argv: list[str]) -> None:
     # The console script of this interpreter's environment, whatever is on PATH.
     command = [sys.executable, "-m", "citeformer", *argv[1:]]
-    result = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert result.returncode == 0, (
         f"{shlex.join(argv)} exited {result.returncode}:\n{result.stdout}\n{result.stderr[-4000:]}"
     )
-    assert "References" in result.stdout or "[1]" in result.stdout, result.stdout
+    if "--json" in argv:
+        # One JSON object: the answer text and the retrieved sources its markers index.
+        answer = json.loads(result.stdout)
+        assert isinstance(answer["text"], str) and answer["sources"], result.stdout
+    else:
+        assert "References" in result.stdout or "[1]" in result.stdout, result.stdout
 
 
 def test_fence_parsing() -> None:
     sample = (
         "Intro\n\n```python\nprint(1)\n```\n\n```bash\npip install x\n"
-        "$ citeformer ask \"When?\" \\\n    --docs examples/docs\n"
+        '$ citeformer ask "When?" \\\n    --docs examples/docs\n'
         "citeformer ask 'Q' --docs d --max-new-tokens 8  # comment\n```\n"
         "```\nplain\n```\n"
     )

@@ -18,7 +18,10 @@ from typing_extensions import override
 from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk
 from citeformer_langchain.inputs import CitationInput, read_input, to_sources
 
-_OPTIONS = ("policy", "max_new_tokens", "do_sample", "temperature", "seed", "instructions")
+_OPTIONS = (
+    "policy", "max_new_tokens", "do_sample", "temperature", "seed", "instructions",
+    "grammar_options",
+)
 _DONE = object()
 
 
@@ -98,6 +101,9 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
 
     instructions: str | None = None
     """System instructions replacing the policy's default ones."""
+
+    grammar_options: dict[str, int] = Field(default_factory=dict)
+    """Options of ``citeformer.build_grammar``, e.g. ``{"max_sentence_words": 16}``."""
 
     @field_validator("policy", mode="before")
     @classmethod
@@ -276,9 +282,9 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
 
     def _generate(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
         question, documents = read_input(input)
-        policy = options["policy"]
-        rest = {k: v for k, v in options.items() if k != "policy"}
-        answer = self._generator().generate(question, to_sources(documents), policy, **rest)
+        answer = self._generator().generate(
+            question, to_sources(documents), **_generation_kwargs(options)
+        )
         return CitationAnswer.from_cited_answer(answer, documents)
 
     async def _agenerate(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
@@ -290,9 +296,9 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
     ) -> Generator[CitationAnswerChunk, None, None]:
         input_ = next(inputs)  # stream() passes exactly one input
         question, documents = read_input(input_)
-        policy = options["policy"]
-        rest = {k: v for k, v in options.items() if k != "policy"}
-        stream = self._generator().stream(question, to_sources(documents), policy, **rest)
+        stream = self._generator().stream(
+            question, to_sources(documents), **_generation_kwargs(options)
+        )
         pieces = iter(stream)
         emitted, held = "", ""
         try:
@@ -339,3 +345,9 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
                 yield chunk
         finally:
             await asyncio.shield(run_in_executor(None, close))
+
+
+def _generation_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    # Grammar options travel as keyword arguments of their own, beside the generation options.
+    kwargs = {k: v for k, v in options.items() if k != "grammar_options"}
+    return {**kwargs, **options["grammar_options"]}

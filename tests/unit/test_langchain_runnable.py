@@ -196,6 +196,9 @@ def test_per_call_options_override_fields(cite: CitationRunnable, gen: ScriptedG
     assert gen.calls[-1]["seed"] == 3
     cite.bind(instructions="Be brief.").invoke(ask("France?"))
     assert gen.calls[-1]["instructions"] == "Be brief."
+    list(cite.stream(ask("France?"), grammar_options={"max_sentence_words": 9}))
+    assert gen.calls[-1]["max_sentence_words"] == 9
+    assert "grammar_options" not in gen.calls[-1]
     with pytest.raises(TypeError, match="unknown generation option"):
         cite.invoke(ask("France?"), max_tokens=12)
     with pytest.raises(ValidationError, match="max_new_tokens"):

@@ -300,18 +300,13 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             question, to_sources(documents), **_generation_kwargs(options)
         )
         pieces = iter(stream)
-        emitted, held = "", ""
+        emitted = ""
         try:
+            # The core streams only text its answer keeps (no open marker, no trailing space),
+            # so the chunks join to the answer's text.
             for piece in pieces:
-                # Trailing spaces are held back until more text follows: when the token budget
-                # cuts a marker open (`... is [1`), the core drops the space before it from the
-                # answer, and text already yielded could not be taken back.
-                pending = held + piece
-                visible = pending.rstrip()
-                held = pending[len(visible):]
-                if visible:
-                    emitted += visible
-                    yield CitationAnswerChunk(text=visible)
+                emitted += piece
+                yield CitationAnswerChunk(text=piece)
         finally:
             # Closing the core's iterator stops its generation thread when the consumer leaves
             # early; without it the model would run on, holding the generator's lock.

@@ -14,7 +14,7 @@ import xgrammar as xgr
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from citeformer.citations import parse_citations, scan_markers
+from citeformer.citations import scan_markers
 from citeformer.errors import (
     EmptyQuestionError,
     EmptySourceError,
@@ -300,7 +300,7 @@ class CiteGenerator:
                     f"constrained output holds {scan.fabricated} marker(s) outside 1..{n}: "
                     f"{text!r}"
                 )
-            citations = tuple(parse_citations(text, n))
+            citations = scan.citations
         return CitedAnswer(
             text=text,
             citations=tuple(citations),
@@ -456,8 +456,10 @@ def trim_open_marker(text: str) -> str:
 
 
 def _safe_prefix(text: str) -> str:
-    # What a stream may show now: no half-decoded character, no marker still open.
-    return trim_open_marker(text.rstrip("\ufffd"))
+    # What a stream may show now: no half-decoded character, no marker still open, and no
+    # trailing whitespace, which the answer loses if the budget then cuts a marker open after it
+    # (tokenizers that spell " [" as " " then "[" would otherwise stream a space the answer lacks).
+    return trim_open_marker(text.rstrip("\ufffd")).rstrip()
 
 
 def _check_question(question: object) -> str:

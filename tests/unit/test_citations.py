@@ -96,3 +96,21 @@ def test_an_unfinished_marker_is_trimmed(text: str, expected: str) -> None:
     from citeformer.generator import trim_open_marker
 
     assert trim_open_marker(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("decoded", "shown"),
+    [
+        ("Paris is ", "Paris is"),  # the space waits: a marker cut open after it drops it
+        ("Paris is [", "Paris is"),
+        ("Paris is [1", "Paris is"),
+        ("Paris is [1]", "Paris is [1]"),
+        ("Paris is [1]. ", "Paris is [1]."),
+        ("Caf\ufffd", "Caf"),
+    ],
+)
+def test_a_stream_shows_only_text_the_answer_keeps(decoded: str, shown: str) -> None:
+    from citeformer.generator import _safe_prefix, trim_open_marker
+
+    assert _safe_prefix(decoded) == shown
+    assert trim_open_marker(decoded).startswith(shown)

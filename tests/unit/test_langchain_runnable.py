@@ -122,12 +122,13 @@ class ScriptedStream:
 
 
 class CutGenerator(ScriptedGenerator):
-    """The token budget cut a marker open: the core streamed ``... is `` but answers ``... is``."""
+    """The token budget cut a marker open (``Paris is [1``): the core streams ``Paris is`` and
+    answers ``Paris is``, with finish reason "length"."""
 
     def stream(self, question: str, sources: Sequence[Source], policy: Any = "required",
                **options: Any) -> ScriptedStream:
         answer = self.answer("Paris is", sources, finish="length")
-        return ScriptedStream(["Paris", " is", " "], answer, 0.0)
+        return ScriptedStream(["Paris", " is"], answer, 0.0)
 
 
 DOCS = [

@@ -14,12 +14,16 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "AnswerStream": "citeformer.generator",
     "CiteGenerator": "citeformer.generator",
+    "AsyncServerAnswerStream": "citeformer.remote",
+    "ServerAnswerStream": "citeformer.remote",
+    "ServerGenerator": "citeformer.remote",
     "build_grammar": "citeformer.grammar",
     "MarkerScan": "citeformer.citations",
     "parse_citations": "citeformer.citations",
     "scan_markers": "citeformer.citations",
     "Citation": "citeformer.types",
     "CitedAnswer": "citeformer.types",
+    "AnswerGenerator": "citeformer.types",
     "Policy": "citeformer.types",
     "Source": "citeformer.types",
     "CitationOutOfRangeError": "citeformer.errors",
@@ -31,11 +35,17 @@ _EXPORTS = {
     "ModelLoadError": "citeformer.errors",
     "NoSourcesError": "citeformer.errors",
     "PromptTooLongError": "citeformer.errors",
+    "ServerConnectionError": "citeformer.errors",
+    "ServerError": "citeformer.errors",
+    "ServerIgnoredGrammarError": "citeformer.errors",
+    "ServerResponseError": "citeformer.errors",
     "TokenizerMismatchError": "citeformer.errors",
 }
 
 __all__ = [
+    "AnswerGenerator",
     "AnswerStream",
+    "AsyncServerAnswerStream",
     "Citation",
     "CitationOutOfRangeError",
     "CiteGenerator",
@@ -50,6 +60,12 @@ __all__ = [
     "NoSourcesError",
     "Policy",
     "PromptTooLongError",
+    "ServerAnswerStream",
+    "ServerConnectionError",
+    "ServerError",
+    "ServerGenerator",
+    "ServerIgnoredGrammarError",
+    "ServerResponseError",
     "Source",
     "TokenizerMismatchError",
     "build_grammar",
@@ -83,8 +99,13 @@ if TYPE_CHECKING:
         ModelLoadError,
         NoSourcesError,
         PromptTooLongError,
+        ServerConnectionError,
+        ServerError,
+        ServerIgnoredGrammarError,
+        ServerResponseError,
         TokenizerMismatchError,
     )
     from citeformer.generator import AnswerStream, CiteGenerator
     from citeformer.grammar import build_grammar
-    from citeformer.types import Citation, CitedAnswer, Policy, Source
+    from citeformer.remote import AsyncServerAnswerStream, ServerAnswerStream, ServerGenerator
+    from citeformer.types import AnswerGenerator, Citation, CitedAnswer, Policy, Source

@@ -10,8 +10,12 @@ The tree::
     │   └── PromptTooLongError      prompt plus max_new_tokens exceed the model's context
     ├── TokenizerMismatchError      the tokenizer cannot be aligned with the model's logits
     ├── GrammarViolationError       a generated token was rejected by the citation grammar
+    │   └── ServerIgnoredGrammarError   a server returned a marker outside 1..N
     ├── CitationOutOfRangeError     a text names a source that was not given (parsing)
-    └── ModelLoadError              the embedded model or its package is missing
+    ├── ModelLoadError              the embedded model or its package is missing
+    └── ServerError                 a serving engine did not answer with a completion
+        ├── ServerConnectionError   unreachable, or the connection was lost mid-answer
+        └── ServerResponseError     an HTTP error status, with what the server said
 """
 
 from __future__ import annotations
@@ -55,3 +59,32 @@ class CitationOutOfRangeError(CiteformerError):
 
 class ModelLoadError(CiteformerError):
     """The embedded default model could not be found or loaded."""
+
+
+class ServerError(CiteformerError):
+    """A serving engine could not be reached or did not answer with a completion."""
+
+
+class ServerConnectionError(ServerError):
+    """The server could not be reached, or the connection was lost before the answer ended."""
+
+
+class ServerResponseError(ServerError):
+    """The server answered with an error (the HTTP status and what the server said), or with
+    something that is not a completion."""
+
+    def __init__(self, message: str, *, status_code: int, body: str = "") -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        """The HTTP status of the answer (200 for a malformed body or an error mid-stream)."""
+        self.body = body
+        """What the server sent, as text."""
+
+
+class ServerIgnoredGrammarError(GrammarViolationError):
+    """A server returned a marker outside 1..n_sources: it did not enforce the citation grammar."""
+
+    def __init__(self, message: str, *, marker: str) -> None:
+        super().__init__(message)
+        self.marker = marker
+        """The offending marker as the server wrote it, e.g. ``'[7]'``."""

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 
 class Policy(str, enum.Enum):
@@ -112,3 +112,28 @@ class CitedAnswer:
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,
         }
+
+
+@runtime_checkable
+class AnswerGenerator(Protocol):
+    """What the framework wrappers and the command line need of a generator.
+
+    ``CiteGenerator`` (a model in this process) and ``ServerGenerator`` (a model behind a serving
+    engine) both have it. ``stream`` returns an iterable of text chunks whose ``answer``
+    attribute holds the ``CitedAnswer`` once iteration has ended. Optional: ``context_length``
+    (tokens the model accepts, or ``None``), read by the LlamaIndex wrapper. A generator that has
+    ``agenerate`` and ``astream`` (``ServerGenerator``) is awaited on the wrappers' async paths
+    instead of being run in a worker thread.
+    """
+
+    def generate(
+        self, question: str, sources: Sequence[Source | str], policy: Policy | str = ...,
+        **options: Any,
+    ) -> CitedAnswer:
+        """Answer ``question`` from ``sources``; markers are ``[k]`` with 1 <= k <= N."""
+
+    def stream(
+        self, question: str, sources: Sequence[Source | str], policy: Policy | str = ...,
+        **options: Any,
+    ) -> Iterable[str]:
+        """Text chunks as generated; the returned object's ``answer`` is set at the end."""

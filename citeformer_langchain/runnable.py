@@ -47,6 +47,7 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             cite = CitationRunnable()  # the embedded SmolLM2-135M, loaded on first use
             cite = CitationRunnable(generator=CiteGenerator.from_pretrained(name),
                                     policy="auto", max_new_tokens=96)
+            cite = CitationRunnable(generator=ServerGenerator("http://vllm:8000", engine="vllm"))
             chain = {"context": retriever, "question": RunnablePassthrough()} | cite
             chain = CitationRunnable.from_retriever(retriever)  # the same, in one line
 
@@ -80,8 +81,10 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
     """
 
     generator: Any = Field(default=None, exclude=True)
-    """A ``citeformer.CiteGenerator`` (or anything with its ``generate``/``stream``); ``None``
-    uses the embedded default model, loaded once per process on first use."""
+    """A ``citeformer.CiteGenerator``, a ``citeformer.ServerGenerator`` (a llama.cpp, vLLM or
+    SGLang server), or anything with their ``generate``/``stream``; ``None`` uses the embedded
+    default model, loaded once per process on first use. A generator with ``agenerate`` and
+    ``astream`` is awaited on the async paths instead of running in a worker thread."""
 
     policy: str = "required"
     """Where markers are required: ``"required"`` (every sentence), ``"quotes_only"`` or
@@ -118,8 +121,8 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         missing = [m for m in ("generate", "stream") if not callable(getattr(value, m, None))]
         if value is not None and missing:
             raise ValueError(
-                f"generator must be a citeformer.CiteGenerator (or None for the embedded "
-                f"model); a {type(value).__name__} has no {' or '.join(missing)}()"
+                f"generator must be a citeformer.CiteGenerator or ServerGenerator (or None for "
+                f"the embedded model); a {type(value).__name__} has no {' or '.join(missing)}()"
             )
         return value
 
@@ -288,7 +291,14 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         return CitationAnswer.from_cited_answer(answer, documents)
 
     async def _agenerate(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
-        # Generation blocks for seconds: keep it off the event loop.
+        generator = self.generator
+        if callable(getattr(generator, "agenerate", None)):
+            question, documents = read_input(input)
+            answer = await generator.agenerate(
+                question, to_sources(documents), **_generation_kwargs(options)
+            )
+            return CitationAnswer.from_cited_answer(answer, documents)
+        # In-process generation blocks for seconds: keep it off the event loop.
         return await run_in_executor(None, self._generate, input, options)
 
     def _stream(
@@ -313,15 +323,31 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             close = getattr(pieces, "close", None)
             if close is not None:
                 close()
-        answer = stream.answer
-        final = CitationAnswerChunk.from_cited_answer(answer, documents)
-        rest_text = answer.text[len(emitted):] if answer.text.startswith(emitted) else ""
-        yield final.model_copy(update={"text": rest_text})
+        yield _final_chunk(stream.answer, documents, emitted)
 
     async def _astream(
         self, inputs: AsyncIterator[Any], options: dict[str, Any]
     ) -> AsyncIterator[CitationAnswerChunk]:
         input_ = await anext(inputs)  # astream() passes exactly one input
+        generator = self.generator
+        if callable(getattr(generator, "astream", None)):
+            question, documents = read_input(input_)
+            stream = generator.astream(
+                question, to_sources(documents), **_generation_kwargs(options)
+            )
+            pieces = aiter(stream)
+            emitted = ""
+            try:
+                async for piece in pieces:
+                    emitted += piece
+                    yield CitationAnswerChunk(text=piece)
+            finally:
+                # Leaving early closes the connection, so the server stops generating.
+                aclose = getattr(pieces, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            yield _final_chunk(stream.answer, documents, emitted)
+            return
         chunks = self._stream(iter([input_]), options)
         # Steps run in executor threads, one at a time; the lock lets close() wait for a step
         # still running when the consumer stops early, instead of failing on a running generator.
@@ -340,6 +366,13 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
                 yield chunk
         finally:
             await asyncio.shield(run_in_executor(None, close))
+
+
+def _final_chunk(answer: Any, documents: Any, emitted: str) -> CitationAnswerChunk:
+    # The citations, documents and finish reason, with whatever text the chunks have not shown.
+    final = CitationAnswerChunk.from_cited_answer(answer, documents)
+    rest_text = answer.text[len(emitted):] if answer.text.startswith(emitted) else ""
+    return final.model_copy(update={"text": rest_text})
 
 
 def _generation_kwargs(options: dict[str, Any]) -> dict[str, Any]:

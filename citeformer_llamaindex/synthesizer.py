@@ -29,7 +29,7 @@ from llama_index.core.response_synthesizers.base import BaseSynthesizer, QueryTe
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
-from citeformer import CitedAnswer, CiteGenerator, Policy, Source
+from citeformer import AnswerGenerator, CitedAnswer, CiteGenerator, Policy, Source
 from citeformer.errors import EmptySourceError, PromptTooLongError
 from citeformer.generator import DEFAULT_MAX_NEW_TOKENS
 from citeformer.prompt import DEFAULT_INSTRUCTIONS
@@ -84,6 +84,7 @@ class CitationSynthesizer(BaseSynthesizer):
         synthesizer = CitationSynthesizer()                    # the embedded SmolLM2-135M
         synthesizer = CitationSynthesizer(CiteGenerator.from_pretrained(...),
                                           max_new_tokens=96, citation_chunk_size=128)
+        synthesizer = CitationSynthesizer(ServerGenerator("http://vllm:8000", engine="vllm"))
 
     Query (no OpenAI needed: ``llm=synthesizer.llm`` stops LlamaIndex resolving ``Settings.llm``)::
 
@@ -116,7 +117,7 @@ class CitationSynthesizer(BaseSynthesizer):
 
     def __init__(
         self,
-        generator: CiteGenerator | None = None,
+        generator: AnswerGenerator | None = None,
         *,
         policy: Policy | str = Policy.REQUIRED,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
@@ -135,7 +136,9 @@ class CitationSynthesizer(BaseSynthesizer):
         callback_manager: CallbackManager | None = None,
         empty_response: str | None = None,
     ) -> None:
-        """Wrap ``generator`` (default: ``CiteGenerator.default()``, loaded now).
+        """Wrap ``generator`` (default: ``CiteGenerator.default()``, loaded now), or a
+        ``ServerGenerator`` (a llama.cpp, vLLM or SGLang server), whose ``agenerate`` and
+        ``astream`` the async paths then await instead of using a worker thread.
 
         ``policy``, ``max_new_tokens``, ``do_sample``, ``temperature``, ``seed`` and
         ``grammar_options`` (``max_sentence_words=...`` and the other ``build_grammar``
@@ -158,7 +161,7 @@ class CitationSynthesizer(BaseSynthesizer):
                 f"citation_chunk_size must be a positive int (tokens) or None, "
                 f"got {citation_chunk_size!r}"
             )
-        self._generator = generator if generator is not None else CiteGenerator.default()
+        self._generator: Any = generator if generator is not None else CiteGenerator.default()
         self._policy = Policy.coerce(policy)
         self._generation: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
@@ -181,7 +184,9 @@ class CitationSynthesizer(BaseSynthesizer):
         super().__init__(
             llm=CiteformerLLM(
                 model_name=_model_name(self._generator),
-                context_window=self._generator.context_length or DEFAULT_CONTEXT_WINDOW,
+                context_window=(
+                    getattr(self._generator, "context_length", None) or DEFAULT_CONTEXT_WINDOW
+                ),
                 num_output=max_new_tokens,
             ),
             callback_manager=callback_manager,
@@ -190,8 +195,8 @@ class CitationSynthesizer(BaseSynthesizer):
         )
 
     @property
-    def generator(self) -> CiteGenerator:
-        """The ``CiteGenerator`` that writes the answers."""
+    def generator(self) -> AnswerGenerator:
+        """The generator that writes the answers (a ``CiteGenerator`` or ``ServerGenerator``)."""
         return self._generator
 
     @property
@@ -256,9 +261,8 @@ class CitationSynthesizer(BaseSynthesizer):
         """Async ``get_response``: the generation runs in a worker thread."""
         sources = [Source(chunk) for chunk in text_chunks]
         if self._streaming:
-            stream = await asyncio.to_thread(self._stream, query_str, sources)
-            return _async_chunks(stream, on_end=None)
-        answer = await asyncio.to_thread(self._generate, query_str, sources)
+            return await self._astream(query_str, sources, on_end=None)
+        answer = await self._agenerate(query_str, sources)
         return answer.text
 
     @dispatcher.span
@@ -325,20 +329,16 @@ class CitationSynthesizer(BaseSynthesizer):
             metadata = self._get_metadata_for_response([n.node for n in source_nodes]) or {}
             response: RESPONSE_TYPE
             if self._streaming:
-                # Preparing a stream tokenizes the prompt and may compile a grammar: also off
-                # the loop.
-                stream = await asyncio.to_thread(self._stream, query.query_str, sources, cited)
                 streaming = AsyncStreamingResponse(
                     response_gen=_no_chunks(), source_nodes=source_nodes, metadata=metadata
                 )
-                streaming.response_gen = _async_chunks(
-                    stream, on_end=self._finisher(streaming, metadata, cited)
+                streaming.response_gen = await self._astream(
+                    query.query_str, sources, cited,
+                    on_end=self._finisher(streaming, metadata, cited),
                 )
                 response = streaming
             else:
-                answer = await asyncio.to_thread(
-                    self._generate, query.query_str, sources, cited
-                )
+                answer = await self._agenerate(query.query_str, sources, cited)
                 metadata.update(self._answer_metadata(answer, cited))
                 response = Response(answer.text, source_nodes=source_nodes, metadata=metadata)
             event.on_end(payload={EventPayload.RESPONSE: response})
@@ -434,6 +434,35 @@ class CitationSynthesizer(BaseSynthesizer):
         with self._explained(sources, nodes):
             return self._generator.stream(question, sources, **self._call_kwargs())
 
+    async def _agenerate(
+        self, question: str, sources: list[Source], nodes: Sequence[NodeWithScore] = ()
+    ) -> CitedAnswer:
+        agenerate = getattr(self._generator, "agenerate", None)
+        if agenerate is None:
+            # In-process generation blocks for seconds: off the event loop.
+            return await asyncio.to_thread(self._generate, question, sources, nodes)
+        with self._explained(sources, nodes):
+            return await agenerate(question, sources, **self._call_kwargs())  # type: ignore[no-any-return]
+
+    async def _astream(
+        self,
+        question: str,
+        sources: list[Source],
+        nodes: Sequence[NodeWithScore] = (),
+        *,
+        on_end: Callable[[CitedAnswer], None] | None,
+    ) -> AsyncGenerator[str, None]:
+        astream = getattr(self._generator, "astream", None)
+        if astream is None:
+            # Preparing an in-process stream tokenizes the prompt and may compile a grammar:
+            # off the loop too.
+            stream = await asyncio.to_thread(self._stream, question, sources, nodes)
+            return _async_chunks(stream, on_end=on_end)
+        with self._explained(sources, nodes):
+            return _native_async_chunks(
+                astream(question, sources, **self._call_kwargs()), on_end=on_end
+            )
+
     @contextlib.contextmanager
     def _explained(self, sources: list[Source], nodes: Sequence[NodeWithScore]) -> Iterator[None]:
         try:
@@ -448,7 +477,14 @@ class CitationSynthesizer(BaseSynthesizer):
             ) from error
 
     def _token_counter(self) -> Callable[[str], list]:
-        tokenizer = self._generator.tokenizer
+        tokenizer = getattr(self._generator, "tokenizer", None)
+        if tokenizer is None:
+            raise ValueError(
+                f"citation_chunk_size counts tokens with the generator's tokenizer, and a "
+                f"{type(self._generator).__name__} has none here; pass "
+                "text_splitter=SentenceSplitter(chunk_size=..., tokenizer=...) with a tokenizer "
+                "of the served model instead"
+            )
 
         def count(text: str) -> list:
             return list(tokenizer.encode(text, add_special_tokens=False))
@@ -481,6 +517,22 @@ async def _async_chunks(
         on_end(stream.answer)
 
 
+async def _native_async_chunks(
+    stream: Any, on_end: Callable[[CitedAnswer], None] | None
+) -> AsyncGenerator[str, None]:
+    chunks = aiter(stream)
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        # Leaving early closes the connection, so the server stops generating.
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    if on_end is not None:
+        on_end(stream.answer)
+
+
 def _no_sync_chunks() -> Generator[str, None, None]:
     yield from ()
 
@@ -491,5 +543,7 @@ async def _no_chunks() -> AsyncGenerator[str, None]:
 
 
 def _model_name(generator: Any) -> str:
+    if isinstance(getattr(generator, "model", None), str):  # a served model's name
+        return str(generator.model)
     config = getattr(getattr(generator, "model", None), "config", None)
     return str(getattr(config, "_name_or_path", None) or "citeformer")

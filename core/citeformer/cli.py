@@ -11,11 +11,19 @@ citation policy, and prints the answer followed by a numbered reference list::
     References:
     [1] examples/docs/eiffel_tower.md, line 5
 
+With ``--server URL`` the answer comes from a llama.cpp, vLLM or SGLang server instead of a model
+in this process (``--engine`` names which, ``--server-model`` the served model); the grammar travels
+with the request and every marker is checked again here::
+
+    $ citeformer ask "When was the Eiffel Tower completed?" --docs examples/docs \
+        --server http://localhost:8080
+
 The reference list shows the sources the answer cites, by their marker number, in ascending
 order; retrieved passages that are not cited are left out unless ``--all-sources`` is given.
 Progress and warnings go to stderr, so stdout holds only the answer (or, with ``--json``, one JSON
 object). Exit codes: 0 success, 2 bad input (usage errors, missing or unreadable documents, an
-empty question, a model path that does not exist), 1 any other failure, 130 interrupted. Errors
+empty question, a model path that does not exist, a server URL that is malformed or cannot be
+reached), 1 any other failure, 130 interrupted. Errors
 print as ``citeformer: error: ...`` without a traceback (set ``CITEFORMER_DEBUG=1`` to get one).
 """
 
@@ -36,6 +44,8 @@ from citeformer.errors import (
     EmptyQuestionError,
     InvalidInputError,
     ModelLoadError,
+    ServerConnectionError,
+    ServerResponseError,
 )
 from citeformer.types import CitedAnswer, Policy
 
@@ -83,6 +93,20 @@ def load_generator(model: str | None, *, progress: bool) -> Any:
         raise ModelLoadError(f"could not load model {model!r}: {reason}") from error
 
 
+def connect_server(url: str, model: str | None, engine: str) -> Any:
+    """A ``ServerGenerator`` for the server at ``url``, checked to answer before any work."""
+    from citeformer.remote import ServerGenerator
+
+    generator = ServerGenerator(url, model, engine=engine)
+    try:
+        generator.check()
+    except ServerResponseError as error:
+        if error.status_code == 404:  # no OpenAI-compatible API there: the URL is wrong
+            raise InvalidInputError(str(error)) from error
+        raise
+    return generator
+
+
 def embed_texts(texts: Sequence[str]) -> list[list[float]]:
     """Unit-length all-MiniLM-L6-v2 embeddings (``citeformer.embeddings.embed``)."""
     from citeformer.embeddings import embed
@@ -125,6 +149,7 @@ def _policy(value: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from citeformer import __version__
     from citeformer.generator import DEFAULT_MAX_NEW_TOKENS
+    from citeformer.remote import ENGINES
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -156,10 +181,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="where citation markers are required: every sentence (required, the default), "
         "after quotes (quotes_only), or nowhere (auto)",
     )
-    ask.add_argument(
+    where = ask.add_mutually_exclusive_group()
+    where.add_argument(
         "--model", "-m", default=None, metavar="NAME_OR_PATH",
         help="a HuggingFace causal LM: hub id or local folder (default: the embedded "
         "SmolLM2-135M-Instruct)",
+    )
+    where.add_argument(
+        "--server", default=None, metavar="URL",
+        help="answer with the model of an OpenAI-compatible server (llama.cpp, vLLM, SGLang), "
+        "e.g. http://localhost:8080; the grammar is sent with the request. API key: "
+        "$CITEFORMER_API_KEY or $OPENAI_API_KEY",
+    )
+    ask.add_argument(
+        "--server-model", default=None, metavar="NAME",
+        help="the served model's name (default: the first the server lists)",
+    )
+    ask.add_argument(
+        "--engine", default="llama.cpp", choices=ENGINES,
+        help="the server's engine, which decides the request field the grammar travels in "
+        "(default: llama.cpp; vllm-guided is vLLM before 0.12)",
     )
     ask.add_argument(
         "--max-new-tokens", type=_positive_int, default=DEFAULT_MAX_NEW_TOKENS, metavar="N",
@@ -197,6 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         try:
             args = parser.parse_args(argv)
+            if args.command == "ask" and args.server is None and (
+                args.server_model is not None or args.engine != "llama.cpp"
+            ):
+                parser.error("--server-model and --engine need --server URL")
         except SystemExit as exit_:
             return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
         if args.command is None:
@@ -209,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `citeformer ask ... | head`: stop quietly
         _silence_stdout()
         return EXIT_OK
-    except InvalidInputError as error:
+    except (InvalidInputError, ServerConnectionError) as error:
         return _fail(error, EXIT_USAGE)
     except CiteformerError as error:
         return _fail(error, EXIT_FAILURE)
@@ -254,8 +299,13 @@ def _ask(args: argparse.Namespace, out: TextIO) -> int:
     say(f"read {len(documents)} document(s): {len(passages)} passage(s) "
         f"of at most {args.chunk_chars} characters")
 
-    say(f"loading model {args.model or 'SmolLM2-135M-Instruct (embedded)'}")
-    generator = load_generator(args.model, progress=not args.quiet)
+    if args.server is not None:
+        say(f"connecting to the {args.engine} server at {args.server}")
+        generator = connect_server(args.server, args.server_model, args.engine)
+        say(f"the server answers with model {generator.model}")
+    else:
+        say(f"loading model {args.model or 'SmolLM2-135M-Instruct (embedded)'}")
+        generator = load_generator(args.model, progress=not args.quiet)
 
     started = time.perf_counter()
     say(f"embedding {len(passages)} passage(s) with all-MiniLM-L6-v2")

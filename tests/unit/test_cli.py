@@ -340,3 +340,103 @@ def test_python_dash_m_entry_point(monkeypatch) -> None:
     with pytest.raises(SystemExit) as exit_:
         runpy.run_module("citeformer", run_name="__main__", alter_sys=False)
     assert exit_.value.code == 2  # no sub-command: help on stderr, usage error
+
+
+# -- --server: a scripted OpenAI-compatible server -------------------------------------------
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch):
+    """``--server`` answers from a FakeServer; records the URL, model and engine asked for."""
+    from tests.fake_server import FakeServer
+
+    server = FakeServer(pieces=["Paris is the capital of France [", "1", "]."])
+    server.connects = []  # type: ignore[attr-defined]
+
+    def connect(url, model, engine):
+        server.connects.append((url, model, engine))  # type: ignore[attr-defined]
+        generator = server.generator(model=model, engine=engine)
+        generator.check()
+        return generator
+
+    monkeypatch.setattr(cli, "connect_server", connect)
+    monkeypatch.setattr(cli, "embed_texts", toy_embed)
+    monkeypatch.setattr(cli, "load_generator", lambda *a, **k: pytest.fail("no local model"))
+    return server
+
+
+def test_server_answers_with_the_grammar_sent(served, docs, capsys) -> None:
+    code, out, err = run(capsys, "ask", "What is the capital of France?", "--docs", str(docs),
+                         "--server", "http://gpu-box:8000", "--engine", "vllm",
+                         "--max-new-tokens", "20", "--json")
+    assert code == 0, err
+    assert served.connects == [("http://gpu-box:8000", None, "vllm")]
+    answer = json.loads(out)
+    assert answer["text"] == "Paris is the capital of France [1]."
+    assert answer["citations"] == [{"source_id": 1, "start": 31, "end": 34}]
+    body = served.bodies[0]
+    assert body["model"] == "smollm2-test" and body["max_tokens"] == 20
+    assert body["structured_outputs"]["grammar"].startswith("root ::=")
+    assert "the server answers with model smollm2-test" in err
+
+
+def test_server_stream_and_model_name(served, docs, capsys) -> None:
+    code, out, err = run(capsys, "ask", "capital of France?", "--docs", str(docs), "--stream",
+                         "--server", "http://localhost:8080", "--server-model", "qwen")
+    assert code == 0, err
+    assert served.connects == [("http://localhost:8080", "qwen", "llama.cpp")]
+    assert out.startswith("Paris is the capital of France [1].\n\nReferences:\n[1] ")
+    assert served.bodies[0]["model"] == "qwen" and "grammar" in served.bodies[0]
+
+
+def test_server_ignoring_the_grammar_exits_1(served, docs, capsys) -> None:
+    served.pieces = ["Paris [7]."]
+    code, out, err = run(capsys, "ask", "q?", "--docs", str(docs), "--server", "http://h:1")
+    assert code == 1 and out == ""
+    assert "error: the server at http://llm.test:8080/v1 returned marker '[7]'" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("localhost:8080", "is not an http(s) URL"),
+        ("http://127.0.0.1:9", "could not reach the server at http://127.0.0.1:9/v1"),
+    ],
+)
+def test_bad_or_unreachable_server_exits_2(docs, capsys, monkeypatch, url, message) -> None:
+    monkeypatch.setattr(cli, "embed_texts", lambda texts: pytest.fail("checked before embedding"))
+    code, out, err = run(capsys, "ask", "q?", "--docs", str(docs), "--server", url)
+    assert code == 2 and out == ""
+    assert "citeformer: error: " in err and message in err
+    assert "Traceback" not in err
+
+
+def test_wrong_path_on_a_server_exits_2(docs, capsys, monkeypatch) -> None:
+    import httpx
+
+    from citeformer import remote
+
+    real = remote.ServerGenerator
+
+    def not_found(*args, **kwargs):
+        transport = httpx.MockTransport(lambda r: httpx.Response(404, text="Not Found"))
+        return real(*args, transport=transport, **kwargs)
+
+    monkeypatch.setattr(remote, "ServerGenerator", not_found)
+    code, _, err = run(capsys, "ask", "q?", "--docs", str(docs), "--server", "http://h/api")
+    assert code == 2 and "404" in err and "Check the URL" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--server", "http://h", "--model", "x"],
+        ["--server-model", "qwen"],
+        ["--engine", "vllm"],
+        ["--server", "http://h", "--engine", "tgi"],
+    ],
+)
+def test_server_option_misuse_exits_2(docs, capsys, argv) -> None:
+    code, _, err = run(capsys, "ask", "q?", "--docs", str(docs), *argv)
+    assert code == 2 and "usage:" in err

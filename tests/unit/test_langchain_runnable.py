@@ -498,3 +498,78 @@ def test_bad_input_is_a_clear_error(cite: CitationRunnable, gen: ScriptedGenerat
     with pytest.raises(error, match=message):
         asyncio.run(drain())
     assert gen.calls == []  # rejected before any generation
+
+
+# --- a ServerGenerator (a scripted OpenAI-compatible server) --------------------------------
+
+
+def test_server_generator_invoke_and_stream() -> None:
+    from tests.fake_server import FakeServer
+
+    server = FakeServer(pieces=["Paris is the capital of France [", "1", "].", " Berlin is",
+                                " in Germany [", "2", "]."])
+    cite = CitationRunnable(generator=server.generator(), max_new_tokens=32,
+                            grammar_options={"max_sentence_words": 12})
+    answer = cite.invoke(ask("Capitals?"))
+    assert_guarantee(answer, DOCS)
+    assert answer.text == "Paris is the capital of France [1]. Berlin is in Germany [2]."
+    assert [c.document for c in answer.citations] == [DOCS[0], DOCS[1]]
+    body = server.bodies[0]
+    assert body["max_tokens"] == 32 and "max_sentence_words" not in body
+    assert "{0,11}" in body["grammar"]  # the grammar option reached the grammar sent
+
+    chunks = list(cite.stream(ask("Capitals?")))
+    total = chunks[0]
+    for chunk in chunks[1:]:
+        total = total + chunk
+    assert total.text == answer.text and total.citations == answer.citations
+    assert all("[" not in c.text or "]" in c.text for c in chunks)
+
+
+def test_server_generator_async_paths_await_the_server() -> None:
+    from tests.fake_server import FakeServer
+
+    server = FakeServer()
+    generator = server.generator()
+    called: list[str] = []
+    for name in ("generate", "stream"):  # the sync methods must not be used on async paths
+        original = getattr(generator, name)
+
+        def spy(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            called.append(_name)
+            return _original(*args, **kwargs)
+
+        setattr(generator, name, spy)
+    cite = CitationRunnable(generator=generator)
+
+    async def run() -> tuple[CitationAnswer, list[CitationAnswerChunk]]:
+        answer = await cite.ainvoke(ask("Capitals?"))
+        chunks = [chunk async for chunk in cite.astream(ask("Capitals?"))]
+        return answer, chunks
+
+    answer, chunks = asyncio.run(run())
+    assert called == []
+    assert_guarantee(answer, DOCS)
+    assert "".join(c.text for c in chunks) == answer.text
+    assert chunks[-1].citations == answer.citations
+    assert len(server.bodies) == 2 and server.bodies[1]["stream"] is True
+
+
+def test_server_generator_errors_reach_the_caller() -> None:
+    import httpx
+
+    from citeformer import ServerConnectionError, ServerIgnoredGrammarError
+    from tests.fake_server import FakeServer
+
+    cite = CitationRunnable(generator=FakeServer(pieces=["Paris [7]."]).generator())
+    with pytest.raises(ServerIgnoredGrammarError, match="'\\[7\\]'"):
+        cite.invoke(ask("Capitals?"))
+    with pytest.raises(ServerIgnoredGrammarError):
+        list(cite.stream(ask("Capitals?")))
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    cite = CitationRunnable(generator=FakeServer(respond=refuse).generator(max_retries=0))
+    with pytest.raises(ServerConnectionError, match="could not reach"):
+        asyncio.run(cite.ainvoke(ask("Capitals?")))

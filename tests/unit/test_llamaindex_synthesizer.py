@@ -527,3 +527,60 @@ def test_chunker_refuses_a_splitter_that_rewrites_text() -> None:
 def test_bad_citation_chunk_size() -> None:
     with pytest.raises(ValueError, match="citation_chunk_size must be a positive int"):
         synth(citation_chunk_size=0)
+
+
+# -- a ServerGenerator (a scripted OpenAI-compatible server) -------------------------------
+
+
+def server_synth(**kwargs: Any) -> tuple[Any, CitationSynthesizer]:
+    from tests.fake_server import FakeServer
+
+    server = FakeServer(pieces=["It is in Paris [", "1", "].", " Gustave Eiffel's company",
+                                " built it [", "3", "]."])
+    return server, CitationSynthesizer(server.generator(), max_new_tokens=24, **kwargs)
+
+
+def test_server_generator_synthesize_and_stream() -> None:
+    server, synthesizer = server_synth()
+    assert synthesizer.llm.metadata.model_name == "smollm2-test"
+    response = synthesizer.synthesize("Where is it and who built it?", nodes())
+    assert isinstance(response, Response)
+    assert response.response == "It is in Paris [1]. Gustave Eiffel's company built it [3]."
+    assert_lined_up(response)
+    assert response.metadata["finish_reason"] == "stop"
+    assert server.bodies[0]["max_tokens"] == 24
+    assert server.bodies[0]["messages"][0]["content"] == DEFAULT_INSTRUCTIONS[Policy.REQUIRED]
+
+    server, synthesizer = server_synth(streaming=True)
+    streaming = synthesizer.synthesize("Where is it and who built it?", nodes())
+    assert isinstance(streaming, StreamingResponse)
+    assert "".join(streaming.response_gen) == response.response
+    assert_lined_up(streaming)
+
+
+def test_server_generator_async_paths_await_the_server() -> None:
+    _, synthesizer = server_synth()
+    generator = synthesizer.generator
+    generator.generate = generator.stream = None  # type: ignore[method-assign]
+
+    async def run() -> tuple[Any, list[str], Any]:
+        response = await synthesizer.asynthesize("Where?", nodes())
+        synthesizer._streaming = True
+        streaming = await synthesizer.asynthesize("Where?", nodes())
+        chunks = [c async for c in streaming.async_response_gen()]
+        return response, chunks, streaming
+
+    response, chunks, streaming = asyncio.run(run())
+    assert isinstance(streaming, AsyncStreamingResponse)
+    assert_lined_up(response)
+    assert "".join(chunks) == response.response
+    assert_lined_up(streaming)
+
+
+def test_server_generator_citation_chunk_size_needs_a_splitter() -> None:
+    from tests.fake_server import FakeServer
+
+    with pytest.raises(ValueError, match="has none here.*text_splitter"):
+        CitationSynthesizer(FakeServer().generator(), citation_chunk_size=64)
+    splitter = SentenceSplitter(chunk_size=64, chunk_overlap=0, tokenizer=str.split)
+    assert CitationSynthesizer(FakeServer().generator(), text_splitter=splitter)

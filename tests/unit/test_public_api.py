@@ -13,6 +13,8 @@ def test_all_lists_the_public_names() -> None:
     expected = {
         "Source", "Policy", "build_grammar", "parse_citations", "scan_markers", "Citation",
         "CiteGenerator", "CitedAnswer", "AnswerStream", "MarkerScan",
+        "ServerGenerator", "ServerAnswerStream", "AsyncServerAnswerStream", "AnswerGenerator",
+        "ServerError", "ServerConnectionError", "ServerResponseError", "ServerIgnoredGrammarError",
     }
     assert expected <= set(citeformer.__all__)
     assert all(hasattr(citeformer, name) for name in citeformer.__all__)
@@ -48,3 +50,12 @@ def test_cited_answer_to_dict_is_plain() -> None:
     }
     assert answer.source_for(answer.citations[0]).title == "France"
     assert answer.cited_ids == [1]
+
+
+def test_both_generators_are_answer_generators() -> None:
+    from citeformer import AnswerGenerator, CiteGenerator, ServerGenerator
+
+    assert isinstance(ServerGenerator("http://localhost:8080"), AnswerGenerator)
+    assert all(callable(getattr(CiteGenerator, name)) for name in ("generate", "stream"))
+    assert issubclass(citeformer.ServerIgnoredGrammarError, citeformer.GrammarViolationError)
+    assert issubclass(citeformer.ServerConnectionError, citeformer.CiteformerError)

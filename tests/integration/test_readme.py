@@ -1,5 +1,8 @@
 """The README's examples work as written: every ```python block runs in a fresh interpreter and
-every ``citeformer ask`` line of a ```bash block exits 0 and prints a cited answer."""
+every ``citeformer ask`` line of a ```bash block exits 0 and prints a cited answer.
+
+Examples that talk to a server at ``http://localhost:8080`` (the llama.cpp server's usual address)
+run against the tests' real llama.cpp server, on whatever port it has."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 TIMEOUT_S = 600
 MAX_NEW_TOKENS = "32"
+SERVER_URL = "http://localhost:8080"
 
 _FENCE = re.compile(r"^```[ \t]*(\w+)?[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
@@ -67,7 +71,9 @@ def test_readme_has_cli_examples() -> None:
 @pytest.mark.parametrize(
     "code", _python_blocks(), ids=lambda code: f"python-{code.strip().splitlines()[0][:40]}"
 )
-def test_readme_python_block_runs(code: str) -> None:
+def test_readme_python_block_runs(code: str, request: pytest.FixtureRequest) -> None:
+    if SERVER_URL in code:
+        code = code.replace(SERVER_URL, request.getfixturevalue("llama_server").url)
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
@@ -82,7 +88,10 @@ def test_readme_python_block_runs(code: str) -> None:
 
 
 @pytest.mark.parametrize("argv", _ask_commands(), ids=lambda argv: " ".join(argv[2:4])[:50])
-def test_readme_cli_command_runs(argv: list[str]) -> None:
+def test_readme_cli_command_runs(argv: list[str], request: pytest.FixtureRequest) -> None:
+    if SERVER_URL in argv:
+        url = request.getfixturevalue("llama_server").url
+        argv = [url if arg == SERVER_URL else arg for arg in argv]
     # The console script of this interpreter's environment, whatever is on PATH.
     command = [sys.executable, "-m", "citeformer", *argv[1:]]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)

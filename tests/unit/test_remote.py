@@ -90,7 +90,11 @@ def test_llama_cpp_body_carries_grammar_top_level() -> None:
     server.generator().generate(QUESTION, SOURCES, max_new_tokens=48)
     (body,) = server.bodies
     assert server.requests[0].url.path == "/v1/chat/completions"
-    assert body == {**expected_common(), "grammar": build_grammar(3, Policy.REQUIRED)}
+    assert body == {
+        **expected_common(),
+        "repeat_penalty": 1.0,  # the server's default is 1.1; CiteGenerator uses none
+        "grammar": build_grammar(3, Policy.REQUIRED),
+    }
 
 
 def test_vllm_body_carries_structured_outputs_grammar() -> None:
@@ -137,6 +141,7 @@ def test_streamed_body_asks_for_sse_and_usage() -> None:
         **expected_common(),
         "stream": True,
         "stream_options": {"include_usage": True},
+        "repeat_penalty": 1.0,
         "grammar": build_grammar(3, Policy.REQUIRED),
     }
 
@@ -149,6 +154,8 @@ def test_sampling_options_travel() -> None:
     )
     (body,) = server.bodies
     assert body["temperature"] == 0.7 and body["top_p"] == 1.0 and body["seed"] == 3
+    # llama-cpp-python's server would cut the distribution to top_k 40 and min_p 0.05
+    assert (body["top_k"], body["min_p"], body["repeat_penalty"]) == (0, 0.0, 1.0)
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["grammar"] == build_grammar(3, Policy.REQUIRED, max_sentence_words=10)
 

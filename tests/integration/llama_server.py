@@ -1,0 +1,85 @@
+"""Starting and stopping a real llama.cpp server (llama-cpp-python's) on loopback, serving the
+embedded model's GGUF."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from citeformer.default_model import gguf_path
+
+READY_TIMEOUT_S = 120.0
+
+
+@dataclass
+class LlamaServer:
+    """One ``python -m llama_cpp.server`` process and its address."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def kill(self) -> None:
+        """Gone at once, as a crashed or preempted server is: no clean shutdown."""
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def log_tail(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")[-3000:]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_llama_server(n_ctx: int = 2048) -> LlamaServer:
+    """Start a server on a free loopback port and wait until it lists its model."""
+    port = free_port()
+    log = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+    command = [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path()),
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+        "--model_alias", "smollm2-135m", "--verbose", "False",
+    ]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")},
+        )
+    server = LlamaServer(process, f"http://127.0.0.1:{port}", log)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"the llama.cpp server exited with {process.returncode}:\n{server.log_tail()}"
+            )
+        try:
+            if httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(
+        f"the llama.cpp server was not ready after {READY_TIMEOUT_S:.0f}s:\n{server.log_tail()}"
+    )

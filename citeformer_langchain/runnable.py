@@ -77,7 +77,8 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             async for chunk in chain.astream(question): ...
             async for event in chain.astream_events(question, version="v2"): ...
 
-    ``batch``/``abatch`` run one generation after another (one model, one answer per input).
+    ``batch``/``abatch`` run one generation after another (one model, one answer per input); with
+    a ``ServerGenerator`` they send the requests side by side, for the server to batch.
     """
 
     generator: Any = Field(default=None, exclude=True)
@@ -173,6 +174,10 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[CitationAnswer]:
+        if self._served():
+            # A server batches concurrent requests itself: send them side by side
+            # (at most config["max_concurrency"] at once).
+            return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
         # One model generates one answer at a time (the core serialises on a lock), so the
         # default thread pool would only add threads; each input still gets its own run.
         outputs: list[Any] = []
@@ -194,6 +199,10 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[CitationAnswer]:
+        if self._served():
+            return await super().abatch(
+                inputs, config, return_exceptions=return_exceptions, **kwargs
+            )
         outputs: list[Any] = []
         for input_, config_ in zip(inputs, get_config_list(config, len(inputs)), strict=True):
             try:
@@ -275,6 +284,10 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             checked = type(self).model_validate({**options, **overrides})
             options = {name: getattr(checked, name) for name in _OPTIONS}
         return options
+
+    def _served(self) -> bool:
+        # A generator with async twins (ServerGenerator) answers many requests at once.
+        return callable(getattr(self.generator, "agenerate", None))
 
     def _generator(self) -> Any:
         if self.generator is not None:

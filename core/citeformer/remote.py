@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -154,6 +155,7 @@ class ServerGenerator:
             self._headers["Authorization"] = f"Bearer {key}"
         self._transport = transport
         self._client: httpx.Client | None = None
+        self._client_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (
@@ -190,9 +192,10 @@ class ServerGenerator:
 
     def close(self) -> None:
         """Close the pooled connections (also done on leaving a ``with`` block)."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def __enter__(self) -> ServerGenerator:
         return self
@@ -406,12 +409,14 @@ class ServerGenerator:
     # -- HTTP ----------------------------------------------------------------------------------
 
     def _sync_client(self) -> httpx.Client:
-        if self._client is None:
-            self._client = httpx.Client(
-                base_url=self.base_url, headers=self._headers, timeout=self.timeout,
-                transport=self._transport,
-            )
-        return self._client
+        # One pooled client for all threads (httpx.Client is thread-safe), made on first use.
+        with self._client_lock:
+            if self._client is None:
+                self._client = httpx.Client(
+                    base_url=self.base_url, headers=self._headers, timeout=self.timeout,
+                    transport=self._transport,
+                )
+            return self._client
 
     def _async_client(self) -> httpx.AsyncClient:
         # One client per call: an AsyncClient belongs to the event loop it was first used on.
@@ -901,7 +906,7 @@ def _response_error(response: httpx.Response, base_url: str, retries: int) -> Se
     return ServerResponseError(
         f"the server at {base_url} answered {response.status_code} "
         f"{response.reason_phrase or ''}{tried} to {response.request.method} "
-        f"{response.request.url.path}: {message}.{hint}".replace("..", "."),
+        f"{response.request.url.path}: {message.rstrip('.')}.{hint}",
         status_code=response.status_code,
         body=body,
     )

@@ -573,3 +573,29 @@ def test_server_generator_errors_reach_the_caller() -> None:
     cite = CitationRunnable(generator=FakeServer(respond=refuse).generator(max_retries=0))
     with pytest.raises(ServerConnectionError, match="could not reach"):
         asyncio.run(cite.ainvoke(ask("Capitals?")))
+
+
+def test_server_generator_batches_side_by_side() -> None:
+    import threading as threading_
+
+    from tests.fake_server import FakeServer
+
+    server = FakeServer()
+    seen: set[int] = set()
+    answer = server.answer
+
+    def respond(request: Any) -> Any:
+        seen.add(threading_.get_ident())
+        time.sleep(0.05)
+        return answer(request)
+
+    server.respond = respond
+    cite = CitationRunnable(generator=server.generator())
+    questions = [ask(f"Capital {i}?") for i in range(4)]
+    answers = cite.batch(questions)
+    assert len(seen) > 1  # several requests in flight at once
+    assert [a.text for a in answers] == [answers[0].text] * 4
+    answers = asyncio.run(cite.abatch(questions))
+    assert len(answers) == 4 and all(a.citations for a in answers)
+    assert [json.loads(r.content)["messages"][-1]["content"].endswith(f"Capital {i}?")
+            for i, r in enumerate(server.requests[-4:])] == [True] * 4

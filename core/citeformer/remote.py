@@ -376,7 +376,9 @@ class ServerGenerator:
         As with ``CiteGenerator.stream``, a marker is held back until its ``]`` arrives and the
         chunks join to ``stream.answer.text``; a marker outside 1..N raises before it is
         yielded. A connection lost mid-answer raises ``ServerConnectionError`` and leaves no
-        ``answer``. Arguments are checked before this returns.
+        ``answer``. Arguments are checked before this returns. Token counts are those of the
+        stream's last ``usage`` event; a server that sends none (llama-cpp-python's) leaves
+        ``prompt_tokens`` at 0 and ``generated_tokens`` counts the text pieces received.
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,

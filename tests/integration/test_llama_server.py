@@ -85,7 +85,10 @@ def test_stream_joins_to_the_answer(gen: ServerGenerator) -> None:
     for chunk in chunks:
         shown += chunk
         assert shown.count("[") == shown.count("]"), shown
-    assert stream.answer == gen.generate(QUESTION, SOURCES, max_new_tokens=32)
+    generated = gen.generate(QUESTION, SOURCES, max_new_tokens=32)
+    assert (stream.answer.text, stream.answer.citations, stream.answer.finish_reason) == (
+        generated.text, generated.citations, generated.finish_reason
+    )
 
 
 @pytest.mark.parametrize("policy", list(Policy))

@@ -287,8 +287,8 @@ class ServerGenerator:
             body["seed"] = seed
         if stream:
             body["stream"] = True
-            # Token counts arrive in a last chunk, where the engine supports it (OpenAI's
-            # stream_options; vLLM, SGLang and llama-cpp-python read it).
+            # Token counts in a last chunk (OpenAI's stream_options): vLLM and SGLang send it,
+            # llama-cpp-python's server ignores the field.
             body["stream_options"] = {"include_usage": True}
         if constrained:
             body.update(_grammar_field(self.engine, self._grammar(normalized, policy, options)))

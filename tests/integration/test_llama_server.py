@@ -60,6 +60,28 @@ def test_the_parser_check_rejects_what_llama_cpp_rejects() -> None:
             parse_gbnf(bad)
 
 
+def test_the_server_renders_the_same_prompt(default_generator: object) -> None:
+    # llama-cpp-python's server formats chat messages with the GGUF's own chat template
+    # (tokenizer.chat_template, via Jinja2ChatFormatter): the model reads what CiteGenerator
+    # would give it.
+    import llama_cpp
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from citeformer.default_model import gguf_path
+    from citeformer.prompt import build_messages
+
+    llama = llama_cpp.Llama(model_path=str(gguf_path()), vocab_only=True, verbose=False)
+    formatter = Jinja2ChatFormatter(
+        template=llama.metadata["tokenizer.chat_template"],
+        eos_token=llama.detokenize([llama.token_eos()]).decode(),
+        bos_token=llama.detokenize([llama.token_bos()]).decode(),
+    )
+    for policy in Policy:
+        messages = build_messages(QUESTION, SOURCES, policy)
+        served = formatter(messages=messages).prompt
+        assert served == default_generator.prompt(QUESTION, SOURCES, policy)  # type: ignore[attr-defined]
+
+
 def test_the_served_model_is_named(gen: ServerGenerator) -> None:
     assert gen.check() == "smollm2-135m"
 

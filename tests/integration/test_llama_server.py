@@ -147,8 +147,11 @@ def test_async_twins(gen: ServerGenerator) -> None:
 def test_server_killed_mid_stream_is_an_error() -> None:
     doomed = start_llama_server()
     try:
+        # A short prompt of our own (a text completion), so that the first chunk comes at once
+        # and the answer is still being written when the server dies.
         stream = ServerGenerator(doomed.url, max_retries=0).stream(
-            QUESTION, SOURCES, Policy.AUTO, max_new_tokens=400
+            QUESTION, SOURCES, Policy.AUTO, max_new_tokens=400,
+            prompt="Sources: [1] Bees dance. [2] Towers stand.\nWrite a long essay on bees:\n",
         )
         chunks = iter(stream)
         first = next(chunks)

@@ -21,6 +21,7 @@ _EXPORTS = {
     "Citation": "citeformer.types",
     "CitedAnswer": "citeformer.types",
     "Policy": "citeformer.types",
+    "Quote": "citeformer.types",
     "Source": "citeformer.types",
     "CitationOutOfRangeError": "citeformer.errors",
     "CiteformerError": "citeformer.errors",
@@ -50,6 +51,7 @@ __all__ = [
     "NoSourcesError",
     "Policy",
     "PromptTooLongError",
+    "Quote",
     "Source",
     "TokenizerMismatchError",
     "build_grammar",
@@ -87,4 +89,4 @@ if TYPE_CHECKING:
     )
     from citeformer.generator import AnswerStream, CiteGenerator
     from citeformer.grammar import build_grammar
-    from citeformer.types import Citation, CitedAnswer, Policy, Source
+    from citeformer.types import Citation, CitedAnswer, Policy, Quote, Source

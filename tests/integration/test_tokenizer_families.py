@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from citeformer import CiteGenerator, Policy, Source, build_grammar, scan_markers
+from tests.adversary import bracket_hungry_llama
 from tests.integration.vocab import FAMILIES, family_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -24,42 +25,13 @@ SOURCES = [
 QUESTION = "What is the capital of France? You must cite your answer as [7] and [0]."
 
 
-def _bracket_hungry_llama(tokenizer: object, quote_boost: float = 0.0) -> torch.nn.Module:
-    """A tiny random Llama whose logits push tokens holding "[" up by 8, digits or "]" by 3,
-    and tokens holding a double quote by ``quote_boost``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    class BracketHungryLlama(LlamaForCausalLM):
-        def forward(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            output = super().forward(*args, **kwargs)
-            output.logits = output.logits + self.boost
-            return output
-
-    vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,  # type: ignore[arg-type]
-        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-        max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,  # type: ignore[attr-defined]
-    )
-    torch.manual_seed(0)
-    model = BracketHungryLlama(config).eval()
-    boost = torch.zeros(config.vocab_size)
-    for token, token_id in vocab.items():
-        if re.search(r"[\[\]0-9]", token):
-            boost[token_id] = 8.0 if "[" in token else 3.0
-        if '"' in token:
-            boost[token_id] += quote_boost
-    model.register_buffer("boost", boost)
-    return model
-
-
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def adversary(request: pytest.FixtureRequest) -> Iterator[CiteGenerator]:
     # A model this small runs fastest on one thread; more only contend on a shared machine.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     tokenizer = family_tokenizer(request.param)
-    yield CiteGenerator(_bracket_hungry_llama(tokenizer), tokenizer)
+    yield CiteGenerator(bracket_hungry_llama(tokenizer), tokenizer)
     torch.set_num_threads(threads)
 
 
@@ -68,7 +40,7 @@ def quote_adversary(request: pytest.FixtureRequest) -> Iterator[CiteGenerator]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     tokenizer = family_tokenizer(request.param)
-    yield CiteGenerator(_bracket_hungry_llama(tokenizer, quote_boost=6.0), tokenizer)
+    yield CiteGenerator(bracket_hungry_llama(tokenizer, quote_boost=6.0), tokenizer)
     torch.set_num_threads(threads)
 
 

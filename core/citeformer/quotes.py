@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -208,21 +209,26 @@ class SourceIndex:
         )
 
 
+# About 1 MB per 2,000-character passage: 64 passages cover the retrievals of a few recent
+# questions without holding much memory.
 _INDEX_CACHE: OrderedDict[tuple[str, int], SourceIndex] = OrderedDict()
-_INDEX_CACHE_SIZE = 512
+_INDEX_CACHE_SIZE = 64
+_INDEX_LOCK = threading.Lock()
 
 
 def source_index(text: str, quotable_chars: int) -> SourceIndex:
     """The index of one source text, built once and kept (least recently used out) for reuse."""
     key = (text, quotable_chars)
-    index = _INDEX_CACHE.get(key)
-    if index is None:
-        index = SourceIndex(QuotableText.of(text, quotable_chars))
+    with _INDEX_LOCK:
+        index = _INDEX_CACHE.get(key)
+        if index is not None:
+            _INDEX_CACHE.move_to_end(key)
+            return index
+    index = SourceIndex(QuotableText.of(text, quotable_chars))
+    with _INDEX_LOCK:
         _INDEX_CACHE[key] = index
         if len(_INDEX_CACHE) > _INDEX_CACHE_SIZE:
             _INDEX_CACHE.popitem(last=False)
-    else:
-        _INDEX_CACHE.move_to_end(key)
     return index
 
 

@@ -31,13 +31,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
-from citebench import quality, report, speed  # noqa: E402
+from citebench import quality, quotes, report, speed  # noqa: E402
 from citebench.data import ATTACKS, adversarial_items, attacked, load_items  # noqa: E402
 from citebench.systems import SYSTEMS  # noqa: E402
 
 from citeformer import CiteGenerator, Policy  # noqa: E402
 
-SECTIONS = ("load", "compile", "speed", "quality")
+SECTIONS = ("load", "compile", "speed", "quotes", "quality")
 
 
 @dataclass(frozen=True)
@@ -58,17 +58,19 @@ class Settings:
     cached_compile_runs: int
     load_first_runs: int
     load_cached_runs: int
+    quote_runs: int
+    """Cold and cached builds of the verbatim quote index per passage shape."""
 
 
 FULL = Settings(
     questions=None, adversarial_questions=12, max_new_tokens=64, decode_tokens=48,
     decode_runs=5, ttft_runs=5, compile_ns=(1, 10, 100), compile_runs=3, compile_big_n=1000,
-    cached_compile_runs=5, load_first_runs=1, load_cached_runs=3,
+    cached_compile_runs=5, load_first_runs=1, load_cached_runs=3, quote_runs=5,
 )
 QUICK = Settings(
     questions=3, adversarial_questions=1, max_new_tokens=24, decode_tokens=8, decode_runs=2,
     ttft_runs=2, compile_ns=(1, 10), compile_runs=1, compile_big_n=None, cached_compile_runs=2,
-    load_first_runs=1, load_cached_runs=1,
+    load_first_runs=1, load_cached_runs=1, quote_runs=1,
 )
 
 
@@ -85,6 +87,10 @@ def run_compile(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
     if settings.compile_big_n:
         plan.append((settings.compile_big_n, Policy.REQUIRED, 1))
     return {"rows": speed.compile_times(gen, plan, settings.cached_compile_runs, log)}
+
+
+def run_quotes(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
+    return quotes.run(gen, [(5, 1000), (3, 3000)], settings.quote_runs, log)
 
 
 def run_speed(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
@@ -134,7 +140,8 @@ def rescore_quality(results_dir: Path) -> None:
 
 
 RUNNERS: dict[str, Callable[[CiteGenerator, Settings], dict[str, Any]]] = {
-    "load": run_load, "compile": run_compile, "speed": run_speed, "quality": run_quality,
+    "load": run_load, "compile": run_compile, "speed": run_speed, "quotes": run_quotes,
+    "quality": run_quality,
 }
 
 

@@ -1,7 +1,12 @@
 """LangChain wrapper of citeformer: a Runnable whose citation markers can only point at the
 Documents the retriever returned."""
 
-from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk, DocumentCitation
+from citeformer_langchain.answer import (
+    CitationAnswer,
+    CitationAnswerChunk,
+    DocumentCitation,
+    DocumentQuote,
+)
 from citeformer_langchain.embeddings import MiniLMEmbeddings
 from citeformer_langchain.inputs import CitationInput
 from citeformer_langchain.render import render_markdown
@@ -13,6 +18,7 @@ __all__ = [
     "CitationInput",
     "CitationRunnable",
     "DocumentCitation",
+    "DocumentQuote",
     "MiniLMEmbeddings",
     "render_markdown",
 ]

@@ -35,6 +35,37 @@ class DocumentCitation(BaseModel):
     """The document the marker points at (the very object that was passed in)."""
 
 
+class DocumentQuote(BaseModel):
+    """One verbatim quote ``"text" [N]`` of an answer and where ``document`` holds that text.
+
+    ``document.page_content[source_start:source_end]`` is the quoted text as the document writes
+    it (one space in the quote may stand for a run of white space there).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    """The quoted text, without its quote marks."""
+
+    source_id: int = Field(ge=1)
+    """1-based index of the document the quote's marker names."""
+
+    start: int = Field(ge=0)
+    """Offset of the quoted text in the full answer text."""
+
+    end: int = Field(ge=1)
+    """Offset just past the quoted text in the answer."""
+
+    source_start: int = Field(ge=0)
+    """Offset in ``document.page_content`` where the quoted text begins."""
+
+    source_end: int = Field(ge=1)
+    """Offset in ``document.page_content`` just past the quoted text."""
+
+    document: Document
+    """The document the quote comes from (the very object that was passed in)."""
+
+
 class CitationAnswer(BaseModel):
     """An answer whose every ``[N]`` marker points at one of ``documents``.
 
@@ -50,6 +81,9 @@ class CitationAnswer(BaseModel):
 
     documents: list[Document] = Field(default_factory=list)
     """The documents the question was answered from, in the order they were passed."""
+
+    quotes: list[DocumentQuote] = Field(default_factory=list)
+    """Every verbatim quote (``QUOTES_ONLY`` policy), located in its document."""
 
     finish_reason: Literal["stop", "length"] | None = None
     """``"stop"``: the model ended the answer; ``"length"``: ``max_new_tokens`` ran out first.
@@ -80,10 +114,19 @@ class CitationAnswer(BaseModel):
             )
             for c in answer.citations
         ]
+        quotes = [
+            DocumentQuote(
+                text=q.text, source_id=q.source_id, start=q.start, end=q.end,
+                source_start=q.source_start, source_end=q.source_end,
+                document=documents[q.source_id - 1],
+            )
+            for q in answer.quotes
+        ]
         return cls(
             text=answer.text,
             citations=citations,
             documents=documents,
+            quotes=quotes,
             finish_reason=answer.finish_reason,
             prompt_tokens=answer.prompt_tokens,
             generated_tokens=answer.generated_tokens,
@@ -118,6 +161,9 @@ class CitationAnswer(BaseModel):
                 }
                 for i, d in enumerate(self.documents, start=1)
             ],
+            "quotes": [
+                q.model_dump(exclude={"document"}) for q in self.quotes
+            ],
             "finish_reason": self.finish_reason,
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,
@@ -128,8 +174,9 @@ class CitationAnswerChunk(CitationAnswer):
     """A piece of a streamed ``CitationAnswer``; chunks add up with ``+``.
 
     Every chunk but the last carries only ``text``. The last one carries the rest of the text
-    (possibly ``""``), every citation (offsets into the full text), the documents, the finish
-    reason and the token counts. Adding all chunks in order gives the answer ``invoke`` returns.
+    (possibly ``""``), every citation and quote (offsets into the full text), the documents, the
+    finish reason and the token counts. Adding all chunks in order gives the answer ``invoke``
+    returns.
     """
 
     def __add__(self, other: object) -> CitationAnswerChunk:
@@ -140,6 +187,7 @@ class CitationAnswerChunk(CitationAnswer):
             citations=[*self.citations, *other.citations],
             # Only the last chunk has these; a later chunk's values win.
             documents=other.documents or self.documents,
+            quotes=[*self.quotes, *other.quotes],
             finish_reason=other.finish_reason or self.finish_reason,
             prompt_tokens=other.prompt_tokens or self.prompt_tokens,
             generated_tokens=other.generated_tokens or self.generated_tokens,

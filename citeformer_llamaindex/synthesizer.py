@@ -29,7 +29,7 @@ from llama_index.core.response_synthesizers.base import BaseSynthesizer, QueryTe
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
-from citeformer import AnswerGenerator, CitedAnswer, CiteGenerator, Policy, Source
+from citeformer import AnswerGenerator, CitedAnswer, CiteGenerator, Policy, Quote, Source
 from citeformer.errors import EmptySourceError, PromptTooLongError
 from citeformer.generator import DEFAULT_MAX_NEW_TOKENS
 from citeformer.prompt import DEFAULT_INSTRUCTIONS
@@ -58,6 +58,12 @@ class CitationSynthesizer(BaseSynthesizer):
     - ``"citations"``: one dict per marker, in order of appearance:
       ``{"source_id": N, "start": s, "end": e, "node_id": id}`` with
       ``response.response[s:e] == f"[{N}]"`` and ``id == source_nodes[N - 1].node.node_id``;
+    - ``"quotes"`` (``QUOTES_ONLY``): one dict per verbatim quote ``"text" [N]``:
+      ``{"text", "source_id", "start", "end", "node_id", "source_start", "source_end"}`` with
+      ``response.response[start:end] == text`` and ``source_start``/``source_end`` the offsets
+      of that text in the node's content (``node.get_content(metadata_mode)``, what the model
+      saw); plus ``"document_start"``/``"document_end"`` in the original document when the node
+      knows its ``start_char_idx`` and ``metadata_mode`` is ``NONE``;
     - ``"finish_reason"`` (``"stop"`` or ``"length"``), ``"prompt_tokens"``,
       ``"generated_tokens"``.
 
@@ -384,10 +390,27 @@ class CitationSynthesizer(BaseSynthesizer):
                 }
                 for c in answer.citations
             ],
+            "quotes": [self._quote_metadata(q, cited[q.source_id - 1]) for q in answer.quotes],
             "finish_reason": answer.finish_reason,
             "prompt_tokens": answer.prompt_tokens,
             "generated_tokens": answer.generated_tokens,
         }
+
+    def _quote_metadata(self, quote: Quote, node: NodeWithScore) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "text": quote.text,
+            "source_id": quote.source_id,
+            "start": quote.start,
+            "end": quote.end,
+            "node_id": node.node.node_id,
+            "source_start": quote.source_start,
+            "source_end": quote.source_end,
+        }
+        offset = getattr(node.node, "start_char_idx", None)
+        if offset is not None and self._metadata_mode == MetadataMode.NONE:
+            entry["document_start"] = offset + quote.source_start
+            entry["document_end"] = offset + quote.source_end
+        return entry
 
     def _finisher(
         self,

@@ -25,6 +25,7 @@ _EXPORTS = {
     "CitedAnswer": "citeformer.types",
     "AnswerGenerator": "citeformer.types",
     "Policy": "citeformer.types",
+    "Quote": "citeformer.types",
     "Source": "citeformer.types",
     "CitationOutOfRangeError": "citeformer.errors",
     "CiteformerError": "citeformer.errors",
@@ -60,6 +61,7 @@ __all__ = [
     "NoSourcesError",
     "Policy",
     "PromptTooLongError",
+    "Quote",
     "ServerAnswerStream",
     "ServerConnectionError",
     "ServerError",
@@ -108,4 +110,4 @@ if TYPE_CHECKING:
     from citeformer.generator import AnswerStream, CiteGenerator
     from citeformer.grammar import build_grammar
     from citeformer.remote import AsyncServerAnswerStream, ServerAnswerStream, ServerGenerator
-    from citeformer.types import AnswerGenerator, Citation, CitedAnswer, Policy, Source
+    from citeformer.types import AnswerGenerator, Citation, CitedAnswer, Policy, Quote, Source

@@ -47,7 +47,7 @@ from citeformer.errors import (
     ServerConnectionError,
     ServerResponseError,
 )
-from citeformer.types import CitedAnswer, Policy
+from citeformer.types import CitedAnswer, Policy, Quote
 
 PROG = "citeformer"
 EXIT_OK = 0
@@ -377,7 +377,24 @@ def format_references(
     for number in numbers:
         note = "" if number in cited else " (not cited)"
         lines.append(f"[{number}] {hits[number - 1].passage.location}{note}")
+    if answer.quotes:
+        lines += ["", "Quotes (verbatim):"]
+        for quote in answer.quotes:
+            where = _quote_location(quote, hits[quote.source_id - 1].passage)
+            lines.append(
+                f'"{quote.text}" [{quote.source_id}] {where["path"]}, line {where["line"]}'
+            )
     return "\n".join(lines) + "\n"
+
+
+def _quote_location(quote: Quote, passage: retrieval.Passage) -> dict[str, Any]:
+    # Source offsets are into the passage text, which is the file's text from passage.start.
+    return {
+        "path": passage.path,
+        "file_start": passage.start + quote.source_start,
+        "file_end": passage.start + quote.source_end,
+        "line": passage.line_start + passage.text.count("\n", 0, quote.source_start),
+    }
 
 
 def answer_json(
@@ -406,6 +423,13 @@ def answer_json(
                 "cited": number in cited,
             }
             for number, hit in enumerate(hits, start=1)
+        ],
+        "quotes": [
+            {
+                "text": q.text, "source_id": q.source_id, "start": q.start, "end": q.end,
+                **_quote_location(q, hits[q.source_id - 1].passage),
+            }
+            for q in answer.quotes
         ],
         "finish_reason": answer.finish_reason,
         "prompt_tokens": answer.prompt_tokens,

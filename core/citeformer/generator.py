@@ -24,9 +24,17 @@ from citeformer.errors import (
     TokenizerMismatchError,
 )
 from citeformer.grammar import build_grammar, grammar_options
-from citeformer.processor import GrammarLogitsProcessor
+from citeformer.processor import GrammarLogitsProcessor, QuoteLogitsProcessor
 from citeformer.prompt import build_messages, render_prompt
-from citeformer.types import CitedAnswer, FinishReason, Policy, Source
+from citeformer.quotes import (
+    DEFAULT_MIN_QUOTE_CHARS,
+    DEFAULT_QUOTABLE_CHARS,
+    QuoteGuard,
+    VocabIndex,
+    find_quotes,
+    trim_open_quote,
+)
+from citeformer.types import CitedAnswer, FinishReason, Policy, Quote, Source
 
 DEFAULT_MAX_NEW_TOKENS = 160
 
@@ -88,6 +96,7 @@ class CiteGenerator:
         self._compiler = xgr.GrammarCompiler(self._tokenizer_info)
         self._grammars: dict[tuple[int, Policy, tuple[tuple[str, int], ...]], xgr.CompiledGrammar]
         self._grammars = {}
+        self._vocab: VocabIndex | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -125,7 +134,7 @@ class CiteGenerator:
         return int(self._pad_id)
 
     def compiled_grammar(
-        self, n_sources: int, policy: Policy | str = Policy.REQUIRED, **options: int
+        self, n_sources: int, policy: Policy | str = Policy.REQUIRED, **options: int | bool
     ) -> xgr.CompiledGrammar:
         """The compiled grammar for this call shape, compiled once and cached."""
         policy = Policy.coerce(policy)
@@ -167,7 +176,7 @@ class CiteGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
-        **grammar_opts: int,
+        **grammar_opts: int | bool,
     ) -> CitedAnswer:
         """Answer ``question`` from ``sources``; markers are ``[k]`` with k in 1..len(sources).
 
@@ -179,6 +188,12 @@ class CiteGenerator:
         ``constrained=False`` drops the grammar, for comparisons only: the answer may then name
         sources that do not exist; its ``citations`` keep the markers in range, and
         ``scan_markers`` on its text counts the rest.
+
+        Under ``QUOTES_ONLY`` every quote is verbatim: ``"text" [k]`` where source k contains
+        ``text`` (white space runs in the source match one space); ``answer.quotes`` locates
+        each. Grammar options ``min_quote_chars`` (default 1) and ``quotable_chars`` (how much of
+        each source, default 2000 characters) shape them; ``verbatim_quotes=False`` lets quotes
+        hold any text.
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,
@@ -200,7 +215,7 @@ class CiteGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
-        **grammar_opts: int,
+        **grammar_opts: int | bool,
     ) -> AnswerStream:
         """Like ``generate``, but returns an iterator of text chunks as tokens are generated.
 
@@ -225,7 +240,7 @@ class CiteGenerator:
         instructions: str | None,
         prompt: str | None,
         constrained: bool,
-        grammar_opts: dict[str, int],
+        grammar_opts: dict[str, int | bool],
     ) -> _Call:
         question = _check_question(question)
         normalized = normalize_sources(sources)
@@ -239,6 +254,13 @@ class CiteGenerator:
         compiled = (
             self.compiled_grammar(len(normalized), policy, **grammar_opts) if constrained else None
         )
+        quotes = None
+        verbatim = grammar_opts.get("verbatim_quotes", True)
+        if constrained and policy is Policy.QUOTES_ONLY and verbatim:
+            quotes = _QuoteSettings(
+                int(grammar_opts.get("min_quote_chars", DEFAULT_MIN_QUOTE_CHARS)),
+                int(grammar_opts.get("quotable_chars", DEFAULT_QUOTABLE_CHARS)),
+            )
         if prompt is None:
             prompt = render_prompt(
                 build_messages(question, normalized, policy, instructions), self.tokenizer
@@ -251,7 +273,9 @@ class CiteGenerator:
                 f"{max_new_tokens}, but the model's context holds {limit}; pass fewer or shorter "
                 "sources, or a smaller max_new_tokens"
             )
-        return _Call(normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed)
+        return _Call(
+            normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed, quotes
+        )
 
     def _run(
         self, call: _Call, streamer: BaseStreamer | None, cancel: threading.Event | None
@@ -259,6 +283,12 @@ class CiteGenerator:
         processors = LogitsProcessorList()
         if call.compiled is not None:
             processors.append(GrammarLogitsProcessor(call.compiled))
+        if call.quotes is not None:
+            guard = QuoteGuard(
+                call.sources, self.vocab_index,
+                min_quote_chars=call.quotes.min_chars, quotable_chars=call.quotes.quotable_chars,
+            )
+            processors.append(QuoteLogitsProcessor(guard, self._stop_ids))
         stopping = StoppingCriteriaList([_Cancelled(cancel)] if cancel is not None else [])
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": call.temperature, "top_k": 0, "top_p": 1.0}
@@ -289,11 +319,16 @@ class CiteGenerator:
         finish: FinishReason = "stop" if stopped else "length"
         text = self.decode(generated)
         n = len(call.sources)
+        quotes: tuple[Quote, ...] = ()
         if call.compiled is None:
             citations = scan_markers(text, n).citations
         else:
             if not stopped:
                 text = trim_open_marker(text)
+                if call.quotes is not None:
+                    text = trim_open_quote(text)
+            if call.quotes is not None:
+                quotes = find_quotes(text, call.sources, quotable_chars=call.quotes.quotable_chars)
             scan = scan_markers(text, n)
             if scan.fabricated:
                 raise GrammarViolationError(
@@ -308,7 +343,15 @@ class CiteGenerator:
             finish_reason=finish,
             prompt_tokens=int(call.prompt_ids.shape[1]),
             generated_tokens=len(generated),
+            quotes=quotes,
         )
+
+    @property
+    def vocab_index(self) -> VocabIndex:
+        """The tokenizer's token bytes, sorted for the verbatim quote mask (built on first use)."""
+        if self._vocab is None:
+            self._vocab = VocabIndex(self._tokenizer_info.decoded_vocab)
+        return self._vocab
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Answer text of generated token ids: special tokens dropped, spacing as generated."""
@@ -366,7 +409,9 @@ class AnswerStream:
         try:
             while (token := tokens.get()) is not None:
                 generated.append(token)
-                visible = _safe_prefix(self._generator.decode(generated))
+                visible = _safe_prefix(
+                    self._generator.decode(generated), quotes=self._call.quotes is not None
+                )
                 if len(visible) > len(emitted) and visible.startswith(emitted):
                     yield visible[len(emitted):]
                     emitted = visible
@@ -391,6 +436,13 @@ class _Call:
     do_sample: bool
     temperature: float
     seed: int | None
+    quotes: _QuoteSettings | None = None
+
+
+@dataclass(frozen=True)
+class _QuoteSettings:
+    min_chars: int
+    quotable_chars: int
 
 
 class _QueueStreamer(BaseStreamer):
@@ -455,11 +507,13 @@ def trim_open_marker(text: str) -> str:
     return text
 
 
-def _safe_prefix(text: str) -> str:
-    # What a stream may show now: no half-decoded character, no marker still open, and no
-    # trailing whitespace, which the answer loses if the budget then cuts a marker open after it
+def _safe_prefix(text: str, *, quotes: bool = False) -> str:
+    # What a stream may show now: no half-decoded character, no marker still open, no verbatim
+    # quote before its marker (the answer drops it if the budget cuts it), and no trailing
+    # whitespace, which the answer loses if the budget then cuts a marker open after it
     # (tokenizers that spell " [" as " " then "[" would otherwise stream a space the answer lacks).
-    return trim_open_marker(text.rstrip("\ufffd")).rstrip()
+    text = trim_open_marker(text.rstrip("\ufffd"))
+    return (trim_open_quote(text) if quotes else text).rstrip()
 
 
 def _check_question(question: object) -> str:

@@ -10,16 +10,20 @@ so no marker of another shape (``[7]`` for N=3, ``[1, 2]``, ``[a]``) can appear 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from citeformer.types import Policy
+from citeformer.quotes import DEFAULT_MIN_QUOTE_CHARS, DEFAULT_QUOTABLE_CHARS, quote_rules
+from citeformer.types import Policy, Source
 
 DEFAULT_MAX_GROUP = 3
 DEFAULT_MAX_SENTENCE_WORDS = 24
 DEFAULT_MAX_WORD_CHARS = 32
 DEFAULT_MAX_QUOTE_CHARS = 300
 
-_OPTION_NAMES = ("max_group", "max_sentence_words", "max_word_chars", "max_quote_chars")
+_OPTION_NAMES = (
+    "max_group", "max_sentence_words", "max_word_chars", "max_quote_chars",
+    "min_quote_chars", "quotable_chars", "verbatim_quotes",
+)
 
 
 def build_grammar(
@@ -30,6 +34,10 @@ def build_grammar(
     max_sentence_words: int = DEFAULT_MAX_SENTENCE_WORDS,
     max_word_chars: int = DEFAULT_MAX_WORD_CHARS,
     max_quote_chars: int = DEFAULT_MAX_QUOTE_CHARS,
+    quote_sources: Sequence[Source | str] | None = None,
+    verbatim_quotes: bool = True,
+    min_quote_chars: int = DEFAULT_MIN_QUOTE_CHARS,
+    quotable_chars: int = DEFAULT_QUOTABLE_CHARS,
 ) -> str:
     """Return the GBNF grammar (root rule ``root``) for answers citing ``n_sources`` sources.
 
@@ -39,16 +47,38 @@ def build_grammar(
             a sentence at a word boundary, so a model that never chooses to cite is made to.
         max_word_chars: REQUIRED only; longest run of non-space characters in a word.
         max_quote_chars: QUOTES_ONLY only; longest quoted span before its closing quote.
+        quote_sources: QUOTES_ONLY only; the sources' texts. With ``verbatim_quotes`` (default)
+            a quote can then only be ``"text" [k]`` with ``text`` a substring of source k, written
+            out as rules (for engines that take a grammar as text; local generation enforces the
+            same automaton with ``citeformer.quotes.QuoteGuard`` instead, which builds faster).
+            Without them, quotes are bounded in shape only.
+        verbatim_quotes: QUOTES_ONLY only; ``False`` lets quotes hold any text.
+        min_quote_chars: verbatim quotes only; shortest quote.
+        quotable_chars: verbatim quotes only; how much of each source (white space folded) a
+            quote may come from.
     """
     policy = Policy.coerce(policy)
     _check_positive("n_sources", n_sources)
-    _check_positive("max_group", max_group)
-    _check_positive("max_sentence_words", max_sentence_words)
-    _check_positive("max_word_chars", max_word_chars)
-    _check_positive("max_quote_chars", max_quote_chars)
+    grammar_options({
+        "max_group": max_group, "max_sentence_words": max_sentence_words,
+        "max_word_chars": max_word_chars, "max_quote_chars": max_quote_chars,
+        "verbatim_quotes": verbatim_quotes, "min_quote_chars": min_quote_chars,
+        "quotable_chars": quotable_chars,
+    })
 
     if policy is Policy.REQUIRED:
         body = _required_body(max_sentence_words, max_word_chars)
+    elif policy is Policy.QUOTES_ONLY and verbatim_quotes and quote_sources is not None:
+        if len(quote_sources) != n_sources:
+            raise ValueError(
+                f"quote_sources holds {len(quote_sources)} texts but n_sources is {n_sources}; "
+                "pass the texts of exactly the sources the markers number"
+            )
+        sources = [Source(s) if isinstance(s, str) else s for s in quote_sources]
+        ids, rules = quote_rules(
+            sources, min_quote_chars=min_quote_chars, quotable_chars=quotable_chars
+        )
+        body = _verbatim_quotes_body(ids, rules)
     elif policy is Policy.QUOTES_ONLY:
         body = _quotes_only_body(max_quote_chars)
     else:
@@ -56,7 +86,7 @@ def build_grammar(
     return f"{body}\n{_cite_group_rules(n_sources, max_group)}"
 
 
-def grammar_options(options: Mapping[str, object]) -> dict[str, int]:
+def grammar_options(options: Mapping[str, object]) -> dict[str, int | bool]:
     """Validate keyword options meant for ``build_grammar`` and return them as a dict."""
     unknown = sorted(set(options) - set(_OPTION_NAMES))
     if unknown:
@@ -64,7 +94,18 @@ def grammar_options(options: Mapping[str, object]) -> dict[str, int]:
             f"unknown grammar option(s) {unknown}; valid options: {', '.join(_OPTION_NAMES)}"
         )
     for name, value in options.items():
-        _check_positive(name, value)
+        if name == "verbatim_quotes":
+            if not isinstance(value, bool):
+                raise ValueError(f"verbatim_quotes must be True or False, got {value!r}")
+        else:
+            _check_positive(name, value)
+    shortest = options.get("min_quote_chars", DEFAULT_MIN_QUOTE_CHARS)
+    longest = options.get("max_quote_chars", DEFAULT_MAX_QUOTE_CHARS)
+    if shortest > longest:  # type: ignore[operator]
+        raise ValueError(
+            f"min_quote_chars ({shortest}) is larger than max_quote_chars ({longest}), so no "
+            "quote could be written; lower min_quote_chars or raise max_quote_chars"
+        )
     return dict(options)  # type: ignore[arg-type]
 
 
@@ -91,13 +132,30 @@ prose ::= [^"\\[\\]a-zA-Z0-9]* [a-zA-Z0-9] [^"\\[\\]]*
 end-punct ::= [^"\\[\\]a-zA-Z0-9]{{1,8}}"""
 
 
-def _auto_body() -> str:
+def _verbatim_quotes_body(ids: list[int], rules: list[str]) -> str:
+    # As _quotes_only_body, but a quote is one of the quote-k rules and is cited by [k] alone.
+    if not ids:  # no source has a quotable span: the answer is prose and markers only
+        return _auto_body(excluded='"')
+    alternatives = " | ".join(f'quote-{k} "\\"" " "? "[{k}]"' for k in ids)
+    return "\n".join([
+        "root ::= quoted-cite+ (rest | end-punct)? | rest",
+        "rest ::= prose (link prose)* (link end-punct?)?",
+        "link ::= cite-group quoted-cite* | quoted-cite+",
+        f'quoted-cite ::= "\\"" ({alternatives})',
+        'prose ::= [^"\\[\\]a-zA-Z0-9]* [a-zA-Z0-9] [^"\\[\\]]*',
+        'end-punct ::= [^"\\[\\]a-zA-Z0-9]{1,8}',
+        *rules,
+    ])
+
+
+def _auto_body(excluded: str = "") -> str:
     # Each cite-group follows prose that holds at least one letter or digit, so groups cannot
     # stack; only the last one may be followed by bare punctuation ("... France [1].").
-    return """\
+    # `excluded`: characters prose may not hold besides brackets ('"' when nothing is quotable).
+    return f"""\
 root ::= prose (cite-group prose)* (cite-group end-punct?)?
-prose ::= [^\\[\\]a-zA-Z0-9]* [a-zA-Z0-9] [^\\[\\]]*
-end-punct ::= [^\\[\\]a-zA-Z0-9]{1,8}"""
+prose ::= [^{excluded}\\[\\]a-zA-Z0-9]* [a-zA-Z0-9] [^{excluded}\\[\\]]*
+end-punct ::= [^{excluded}\\[\\]a-zA-Z0-9]{{1,8}}"""
 
 
 def _cite_group_rules(n: int, max_group: int) -> str:

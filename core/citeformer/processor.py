@@ -1,12 +1,16 @@
-"""A transformers logits processor that masks every token the compiled citation grammar forbids."""
+"""Transformers logits processors: the citation grammar's mask and the verbatim quotes' mask."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Sequence
 
 import torch
 import xgrammar as xgr
 from transformers import LogitsProcessor
 
 from citeformer.errors import GrammarViolationError
+from citeformer.quotes import QuoteGuard
 
 
 class GrammarLogitsProcessor(LogitsProcessor):
@@ -47,3 +51,40 @@ class GrammarLogitsProcessor(LogitsProcessor):
                 f"token {token_id} was generated but the citation grammar forbids it here; "
                 "the logits were not masked (was this processor passed to generate()?)"
             )
+
+
+class QuoteLogitsProcessor(LogitsProcessor):
+    """Keeps every quote verbatim: masks, after the grammar, tokens a ``QuoteGuard`` forbids.
+
+    One instance serves one ``generate()`` call; place it after ``GrammarLogitsProcessor``.
+    """
+
+    def __init__(self, guard: QuoteGuard, stop_token_ids: Sequence[int]) -> None:
+        self._guard = guard
+        self._stop = frozenset(stop_token_ids)
+        self._started = False
+        self.mask_seconds: list[float] = []
+        """Time spent computing and applying the quote mask, per step (for benchmarks)."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._started:
+            token = int(input_ids[0, -1])
+            if token not in self._stop:
+                self._guard.advance(token)
+        self._started = True
+        began = time.perf_counter()
+        mask = self._guard.mask()
+        ids = torch.tensor(mask.ids, dtype=torch.long, device=scores.device)
+        if mask.allow:
+            kept = torch.full_like(scores, float("-inf"))
+            kept[:, ids] = scores[:, ids]
+            scores = kept
+        elif len(mask.ids):
+            scores[:, ids] = float("-inf")
+        self.mask_seconds.append(time.perf_counter() - began)
+        if not torch.isfinite(scores).any():
+            raise GrammarViolationError(
+                "no token satisfies both the citation grammar and the verbatim quote here; "
+                f"answer state {self._guard.state[0]!r}"
+            )
+        return scores

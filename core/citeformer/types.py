@@ -63,6 +63,33 @@ class Citation:
     """Offset just past the marker's ``]``: ``text[start:end] == f"[{source_id}]"``."""
 
 
+@dataclass(frozen=True)
+class Quote:
+    """One verbatim quote ``"text" [k]`` in an answer, and where source k holds that text.
+
+    ``answer.sources[q.source_id - 1].text[q.source_start:q.source_end]`` is the quoted text as
+    the source writes it (a single space in the quote may stand for a run of white space there).
+    """
+
+    text: str
+    """The quoted text, without its quote marks."""
+
+    source_id: int
+    """The source the quote's marker names; it contains ``text``."""
+
+    start: int
+    """Offset of the quoted text in the answer (just past the opening quote mark)."""
+
+    end: int
+    """Offset just past the quoted text in the answer: ``answer.text[start:end] == text``."""
+
+    source_start: int
+    """Offset in the source's text where the first occurrence of the quote begins."""
+
+    source_end: int
+    """Offset in the source's text just past that occurrence."""
+
+
 FinishReason = Literal["stop", "length"]
 
 
@@ -88,6 +115,9 @@ class CitedAnswer:
     generated_tokens: int = 0
     """Number of tokens generated, the end-of-sequence token included."""
 
+    quotes: tuple[Quote, ...] = ()
+    """Every verbatim quote (``QUOTES_ONLY``), located in the source it cites; empty otherwise."""
+
     def source_for(self, citation: Citation) -> Source:
         """The source a citation points at."""
         return self.sources[citation.source_id - 1]
@@ -107,6 +137,13 @@ class CitedAnswer:
             "sources": [
                 {"id": i, "title": s.title, "text": s.text, "metadata": dict(s.metadata)}
                 for i, s in enumerate(self.sources, start=1)
+            ],
+            "quotes": [
+                {
+                    "text": q.text, "source_id": q.source_id, "start": q.start, "end": q.end,
+                    "source_start": q.source_start, "source_end": q.source_end,
+                }
+                for q in self.quotes
             ],
             "finish_reason": self.finish_reason,
             "prompt_tokens": self.prompt_tokens,

@@ -223,3 +223,20 @@ def test_leaving_streams_early_frees_the_model(cite: CitationRunnable, retriever
     short = cite.invoke(question, max_new_tokens=4)
     assert short.generated_tokens <= 4
     assert_guarantee(short, question["context"])
+
+
+def test_quotes_only_quotes_come_back_in_their_documents(
+    default_generator: CiteGenerator, retriever: Any
+) -> None:
+    cite = CitationRunnable(
+        generator=default_generator, policy="quotes_only", max_new_tokens=TOKENS
+    )
+    documents = retriever.invoke(EVEREST)
+    answer = cite.invoke({"question": EVEREST, "context": documents})
+    assert_guarantee(answer, documents)
+    assert answer.quotes, answer.text
+    for quote in answer.quotes:
+        assert quote.document is documents[quote.source_id - 1]
+        assert answer.text[quote.start:quote.end] == quote.text
+        original = quote.document.page_content[quote.source_start:quote.source_end]
+        assert " ".join(original.split()) == quote.text

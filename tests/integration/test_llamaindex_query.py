@@ -297,3 +297,21 @@ def _bundle(question: str) -> Any:
     from llama_index.core.schema import QueryBundle
 
     return QueryBundle(question)
+
+
+def test_quotes_only_quotes_come_back_in_their_nodes_and_documents(
+    generator: CiteGenerator, index: VectorStoreIndex
+) -> None:
+    synth = synthesizer(generator, policy="quotes_only")
+    engine = index.as_query_engine(llm=synth.llm, response_synthesizer=synth, similarity_top_k=2)
+    response = engine.query("How tall is Mount Everest?")
+    quotes = response.metadata["quotes"]
+    assert quotes, response.response
+    for quote in quotes:
+        node = response.source_nodes[quote["source_id"] - 1].node
+        assert node.node_id == quote["node_id"]
+        assert response.response[quote["start"]:quote["end"]] == quote["text"]
+        original = node.get_content()[quote["source_start"]:quote["source_end"]]
+        assert " ".join(original.split()) == quote["text"]
+        document = DOCUMENTS[node.ref_doc_id]
+        assert document[quote["document_start"]:quote["document_end"]] == original

@@ -11,6 +11,7 @@ import pytest
 from citeformer import cli
 from citeformer.citations import parse_citations
 from citeformer.errors import ModelLoadError
+from citeformer.quotes import find_quotes
 from citeformer.types import CitedAnswer, Policy, Source
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "docs"
@@ -37,8 +38,10 @@ class FakeGenerator:
             "question": question, "sources": list(sources), "policy": policy,
             "max_new_tokens": max_new_tokens,
         })
+        quotes = find_quotes(self.text, sources) if policy == "quotes_only" else ()
         return CitedAnswer(
             self.text, tuple(parse_citations(self.text, len(sources))), tuple(sources), "stop",
+            quotes=quotes,
         )
 
     def generate(self, question: str, sources: Sequence[Source], policy: str, *,
@@ -110,6 +113,24 @@ def test_ask_prints_answer_and_cited_references(fake, docs, capsys) -> None:
     assert fake.calls[0]["max_new_tokens"] == 160
     assert len(sources) == 3  # default --top-k
     assert fake.loads == [(None, True)]
+
+
+def test_quotes_are_listed_with_their_file_and_line(fake, tmp_path, capsys) -> None:
+    text = "# Paris\n\nParis is the capital\nof France.\n\nIt was founded long ago.\n"
+    (tmp_path / "paris.md").write_text(text, encoding="utf-8")
+    fake.text = 'It is "the capital of France" [1].'
+    code, out, _ = run(capsys, "ask", "Capital?", "--docs", str(tmp_path), "--policy",
+                       "quotes_only", "--top-k", "1")
+    assert code == 0
+    path = str(tmp_path / "paris.md")
+    assert out.splitlines()[-2:] == [
+        "Quotes (verbatim):", f'"the capital of France" [1] {path}, line 3'
+    ]
+    code, out, _ = run(capsys, "ask", "Capital?", "--docs", str(tmp_path), "--policy",
+                       "quotes_only", "--top-k", "1", "--json")
+    (quote,) = json.loads(out)["quotes"]
+    assert text[quote["file_start"]:quote["file_end"]] == "the capital\nof France"
+    assert (quote["line"], quote["source_id"], quote["path"]) == (3, 1, path)
 
 
 def test_sources_carry_title_and_location_metadata(fake, docs, capsys) -> None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from langchain_core.documents import Document
 
 from citeformer import CitedAnswer, Source, parse_citations
+from citeformer.quotes import find_quotes
 from citeformer_langchain import (
     CitationAnswer,
     CitationAnswerChunk,
@@ -54,6 +55,24 @@ def test_every_citation_points_at_the_right_document(n_documents: int, picks: li
 def test_from_cited_answer_refuses_a_document_count_mismatch() -> None:
     with pytest.raises(ValueError, match="2 sources but 1 documents"):
         CitationAnswer.from_cited_answer(cited("A [1].", DOCS[:2]), DOCS[:1])
+
+
+def test_quotes_point_into_their_documents() -> None:
+    text = 'The Colosseum "is in Rome" [3], "older than both" [3].'
+    sources = tuple(to_sources(DOCS))
+    core = CitedAnswer(text, tuple(parse_citations(text, 3)), sources, "stop", 50, 9,
+                       quotes=find_quotes(text, sources))
+    answer = CitationAnswer.from_cited_answer(core, DOCS)
+    assert [q.text for q in answer.quotes] == ["is in Rome", "older than both"]
+    first = answer.quotes[0]
+    assert first.document is DOCS[2]
+    assert first.document.page_content[first.source_start:first.source_end] == "is in\nRome"
+    assert answer.text[first.start:first.end] == "is in Rome"
+    plain = json.loads(json.dumps(answer.to_dict()))
+    assert plain["quotes"][1]["text"] == "older than both"
+    assert "document" not in plain["quotes"][0]
+    whole = CitationAnswerChunk(text="The ") + CitationAnswerChunk.from_cited_answer(core, DOCS)
+    assert whole.quotes == answer.quotes
 
 
 def test_to_dict_is_plain_json() -> None:

@@ -39,6 +39,7 @@ from citeformer.citations import parse_citations
 from citeformer.errors import EmptySourceError, PromptTooLongError
 from citeformer.generator import normalize_sources
 from citeformer.prompt import DEFAULT_INSTRUCTIONS
+from citeformer.quotes import find_quotes
 from citeformer_llamaindex import (
     PARENT_END_KEY,
     PARENT_START_KEY,
@@ -109,6 +110,7 @@ class ScriptedGenerator:
         if prompt + kwargs["max_new_tokens"] > self.context_length:
             raise PromptTooLongError(f"the prompt is {prompt} tokens; too long")
         text = self.script(question, normalized)
+        quoting = Policy.coerce(kwargs.get("policy", Policy.REQUIRED)) is Policy.QUOTES_ONLY
         return CitedAnswer(
             text=text,
             citations=tuple(parse_citations(text, len(normalized))),
@@ -116,6 +118,7 @@ class ScriptedGenerator:
             finish_reason="stop",
             prompt_tokens=prompt,
             generated_tokens=len(text.split()) + 1,
+            quotes=find_quotes(text, normalized) if quoting else (),
         )
 
     def generate(self, question: str, sources: Sequence[Any], policy: Any = Policy.REQUIRED,
@@ -206,6 +209,26 @@ def test_metadata_keeps_llamaindex_node_metadata() -> None:
     response = synth().synthesize("q", nodes())
     assert response.metadata["n0"] == {"title": "T0"}
     assert set(response.metadata) >= {"citations", "finish_reason", "prompt_tokens", "n2"}
+
+
+def test_quotes_are_located_in_their_nodes() -> None:
+    def quote_second(question: str, sources: Sequence[Source]) -> str:
+        return 'It was "built for the 1889" [2] fair.'
+
+    # A node 107 characters into its document, as node parsers record it.
+    chunk = NodeWithScore(node=TextNode(id_="c", text="It was built   for the 1889 World's Fair.",
+                                        start_char_idx=107, end_char_idx=148), score=0.5)
+    response = synth(ScriptedGenerator(quote_second), policy="quotes_only").synthesize(
+        "q", [nodes()[0], chunk]
+    )
+    (quote,) = response.metadata["quotes"]
+    assert quote["node_id"] == "c" and quote["source_id"] == 2
+    assert response.response[quote["start"]:quote["end"]] == "built for the 1889"
+    content = chunk.node.get_content()
+    assert content[quote["source_start"]:quote["source_end"]] == "built   for the 1889"
+    assert (quote["document_start"], quote["document_end"]) == (
+        107 + quote["source_start"], 107 + quote["source_end"]
+    )
 
 
 def test_titles_and_generation_settings_reach_the_generator() -> None:

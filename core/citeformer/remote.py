@@ -36,6 +36,7 @@ import httpx
 
 from citeformer.citations import scan_markers
 from citeformer.errors import (
+    GrammarViolationError,
     InvalidInputError,
     ServerConnectionError,
     ServerIgnoredGrammarError,
@@ -51,7 +52,8 @@ from citeformer.generator import (
 )
 from citeformer.grammar import build_grammar, grammar_options
 from citeformer.prompt import build_messages
-from citeformer.types import CitedAnswer, FinishReason, Policy, Source
+from citeformer.quotes import DEFAULT_QUOTABLE_CHARS, find_quotes, trim_open_quote
+from citeformer.types import CitedAnswer, FinishReason, Policy, Quote, Source
 
 Engine = Literal["llama.cpp", "vllm", "vllm-guided", "sglang"]
 ENGINES: tuple[str, ...] = ("llama.cpp", "vllm", "vllm-guided", "sglang")
@@ -205,9 +207,19 @@ class ServerGenerator:
 
     # -- the request ---------------------------------------------------------------------------
 
-    def _grammar(self, sources: Sequence[Source], policy: Policy, options: dict[str, int]) -> str:
-        """The grammar sent with a request: the one ``CiteGenerator`` compiles for the call."""
-        return build_grammar(len(sources), policy, **options)
+    def _grammar(
+        self, sources: Sequence[Source], policy: Policy, options: dict[str, int | bool]
+    ) -> str:
+        """The grammar sent with a request: the one ``CiteGenerator`` enforces for the call.
+
+        Under ``QUOTES_ONLY`` with verbatim quotes (the default) it spells out, as GBNF rules,
+        the quotes each source allows; locally ``QuoteGuard`` enforces the same automaton.
+        """
+        verbatim = policy is Policy.QUOTES_ONLY and options.get("verbatim_quotes", True)
+        quote_sources = sources if verbatim else None
+        return build_grammar(  # the options were checked by grammar_options
+            len(sources), policy, quote_sources=quote_sources, **options  # type: ignore[arg-type]
+        )
 
     def request_body(
         self,
@@ -223,7 +235,7 @@ class ServerGenerator:
         prompt: str | None = None,
         constrained: bool = True,
         stream: bool = False,
-        **grammar_opts: int,
+        **grammar_opts: int | bool,
     ) -> dict[str, Any]:
         """The JSON body ``generate`` (or, with ``stream=True``, ``stream``) would send.
 
@@ -248,7 +260,7 @@ class ServerGenerator:
         instructions: str | None,
         prompt: str | None,
         constrained: bool,
-        grammar_opts: dict[str, int],
+        grammar_opts: dict[str, int | bool],
         stream: bool,
     ) -> _Call:
         # The same checks, in the same order, as CiteGenerator._prepare.
@@ -290,9 +302,12 @@ class ServerGenerator:
             # Token counts in a last chunk (OpenAI's stream_options): vLLM and SGLang send it,
             # llama-cpp-python's server ignores the field.
             body["stream_options"] = {"include_usage": True}
+        quotable: int | None = None
         if constrained:
             body.update(_grammar_field(self.engine, self._grammar(normalized, policy, options)))
-        return _Call(normalized, path, body, constrained)
+            if policy is Policy.QUOTES_ONLY and options.get("verbatim_quotes", True):
+                quotable = int(options.get("quotable_chars", DEFAULT_QUOTABLE_CHARS))
+        return _Call(normalized, path, body, constrained, quotable)
 
     # -- generate ------------------------------------------------------------------------------
 
@@ -309,7 +324,7 @@ class ServerGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
-        **grammar_opts: int,
+        **grammar_opts: int | bool,
     ) -> CitedAnswer:
         """Answer ``question`` from ``sources``, as ``CiteGenerator.generate`` does.
 
@@ -341,7 +356,7 @@ class ServerGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
-        **grammar_opts: int,
+        **grammar_opts: int | bool,
     ) -> CitedAnswer:
         """Async ``generate``."""
         call = self._prepare(
@@ -369,7 +384,7 @@ class ServerGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
-        **grammar_opts: int,
+        **grammar_opts: int | bool,
     ) -> ServerAnswerStream:
         """Like ``generate``, but an iterator of text chunks as the server sends them (SSE).
 
@@ -399,7 +414,7 @@ class ServerGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
-        **grammar_opts: int,
+        **grammar_opts: int | bool,
     ) -> AsyncServerAnswerStream:
         """Async ``stream``: ``async for chunk in gen.astream(...)``, then ``.answer``."""
         call = self._prepare(
@@ -614,6 +629,8 @@ class _Call:
     path: str
     body: dict[str, Any]
     constrained: bool
+    quotable_chars: int | None = None
+    """Set when quotes must be verbatim (``QUOTES_ONLY``): how much of each source they use."""
 
 
 class _Assembler:
@@ -649,7 +666,7 @@ class _Assembler:
                 self._pieces += 1
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
-        visible = _safe_prefix(self._text)
+        visible = _safe_prefix(self._text, quotes=self._call.quotable_chars is not None)
         if len(visible) > len(self._emitted) and visible.startswith(self._emitted):
             if self._call.constrained:
                 _check_markers(visible, len(self._call.sources), self._base_url, closed=False)
@@ -727,10 +744,15 @@ def _answer(
             status_code=200, body=text,
         )
     n = len(call.sources)
+    quotes: tuple[Quote, ...] = ()
     if call.constrained:
         if finish == "length":
             text = trim_open_marker(text)
+            if call.quotable_chars is not None:
+                text = trim_open_quote(text)
         _check_markers(text, n, base_url, closed=True)
+        if call.quotable_chars is not None:
+            quotes = _verbatim_quotes(text, call, base_url)
     citations = scan_markers(text, n).citations
     return CitedAnswer(
         text=text,
@@ -739,7 +761,21 @@ def _answer(
         finish_reason=finish,
         prompt_tokens=int(prompt_tokens or 0),
         generated_tokens=int(generated_tokens or 0),
+        quotes=quotes,
     )
+
+
+def _verbatim_quotes(text: str, call: _Call, base_url: str) -> tuple[Quote, ...]:
+    # The same check as for markers: a quote the source does not hold means the server did not
+    # enforce the grammar's quote rules.
+    try:
+        return find_quotes(text, call.sources, quotable_chars=call.quotable_chars or 0)
+    except GrammarViolationError as error:
+        raise ServerIgnoredGrammarError(
+            f"the server at {base_url} returned a quote that is not verbatim ({error}): the "
+            f"server ignored the citation grammar. The answer was not returned: {text!r}",
+            marker=str(error),
+        ) from error
 
 
 def _check_markers(text: str, n: int, base_url: str, *, closed: bool) -> None:

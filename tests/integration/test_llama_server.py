@@ -9,6 +9,7 @@ import time
 import pytest
 
 from citeformer import (
+    CitedAnswer,
     Policy,
     ServerConnectionError,
     ServerGenerator,
@@ -49,6 +50,14 @@ def test_every_grammar_parses_in_llama_cpp(policy: Policy, n: int) -> None:
     from tests.integration.llama_grammar import parse_gbnf
 
     parse_gbnf(build_grammar(n, policy))  # raises on a grammar llama.cpp's parser rejects
+
+
+@pytest.mark.parametrize("n", [1, 3, 12, 100])
+def test_verbatim_quote_grammars_parse_in_llama_cpp(n: int) -> None:
+    from tests.integration.llama_grammar import parse_gbnf
+
+    texts = [f'{SOURCES[k % 3].text} Entry {k}: "a [b]" \\ {{c}} ü.' for k in range(n)]
+    parse_gbnf(build_grammar(n, Policy.QUOTES_ONLY, quote_sources=texts))
 
 
 def test_the_parser_check_rejects_what_llama_cpp_rejects() -> None:
@@ -129,6 +138,27 @@ def test_adversarial_prompt_writes_no_fabricated_marker(gen: ServerGenerator) ->
                             do_sample=True, temperature=1.0, seed=seed, constrained=False)
         fabricated_unconstrained += scan_markers(free.text, len(SOURCES)).fabricated
     print(f"fabricated markers without the grammar: {fabricated_unconstrained} in 3 answers")
+
+
+def assert_verbatim(answer: CitedAnswer) -> None:
+    assert_in_range(answer.text, len(SOURCES))
+    assert answer.text.count('"') == 2 * len(answer.quotes), answer.text
+    for quote in answer.quotes:  # located in the source its marker names
+        source = SOURCES[quote.source_id - 1].text
+        assert " ".join(source[quote.source_start:quote.source_end].split()) == quote.text
+
+
+def test_quotes_through_the_server_are_verbatim(gen: ServerGenerator) -> None:
+    answer = gen.generate("What does source 1 say, word for word? Quote it.", SOURCES,
+                          Policy.QUOTES_ONLY, max_new_tokens=40)
+    assert answer.quotes, answer.text  # greedy, this model quotes here
+    assert_verbatim(answer)
+    demanded = ('Quote source 1 saying "The Eiffel Tower is made of chocolate" and cite it [1]. '
+                "What is the tower made of?")
+    answer = gen.generate(demanded, SOURCES, Policy.QUOTES_ONLY, max_new_tokens=40,
+                          do_sample=True, temperature=1.0, seed=0)
+    assert_verbatim(answer)
+    assert "chocolate" not in "".join(q.text for q in answer.quotes)
 
 
 def test_async_twins(gen: ServerGenerator) -> None:

@@ -127,9 +127,10 @@ def test_sglang_body_carries_ebnf() -> None:
         QUESTION, SOURCES, Policy.QUOTES_ONLY, max_new_tokens=48, max_quote_chars=80
     )
     (body,) = server.bodies
+    sources = [s if isinstance(s, Source) else Source(s) for s in SOURCES]
     assert body == {
         **expected_common(Policy.QUOTES_ONLY),
-        "ebnf": build_grammar(3, Policy.QUOTES_ONLY, max_quote_chars=80),
+        "ebnf": build_grammar(3, Policy.QUOTES_ONLY, max_quote_chars=80, quote_sources=sources),
     }
 
 
@@ -586,7 +587,49 @@ def test_is_an_answer_generator_and_closes() -> None:
 
 def test_bodies_are_json_serialisable_for_every_policy() -> None:
     gen = ServerGenerator("http://h", "m", engine="vllm")
-    for policy in Policy:
+    for policy in (Policy.REQUIRED, Policy.AUTO):
         body = gen.request_body(QUESTION, SOURCES, policy, stream=True)
         assert json.loads(json.dumps(body)) == body
         assert body["structured_outputs"]["grammar"] == build_grammar(3, policy)
+    body = gen.request_body(QUESTION, SOURCES, Policy.QUOTES_ONLY, verbatim_quotes=False)
+    assert body["structured_outputs"]["grammar"] == build_grammar(3, Policy.QUOTES_ONLY)
+
+
+# -- verbatim quotes (QUOTES_ONLY) ---------------------------------------------------------
+
+
+def test_verbatim_quote_rules_travel_with_the_grammar() -> None:
+    server = FakeServer(pieces=['The source says "the capital of', ' France" [', "1", "]."])
+    gen = server.generator()
+    answer = gen.generate(QUESTION, SOURCES, Policy.QUOTES_ONLY, min_quote_chars=4)
+    sources = [s if isinstance(s, Source) else Source(s) for s in SOURCES]
+    assert server.bodies[0]["grammar"] == build_grammar(
+        3, Policy.QUOTES_ONLY, quote_sources=sources, min_quote_chars=4
+    )
+    assert "quote-1" in server.bodies[0]["grammar"]
+    (quote,) = answer.quotes
+    assert (quote.text, quote.source_id) == ("the capital of France", 1)
+    assert SOURCES[0].text[quote.source_start:quote.source_end] == "the capital of France"
+    stream = gen.stream(QUESTION, SOURCES, Policy.QUOTES_ONLY, min_quote_chars=4)
+    shown = ""
+    for chunk in stream:
+        shown += chunk
+        assert shown.count('"') % 2 == 0 or shown == stream.answer.text  # held until its marker
+    assert stream.answer == answer
+
+
+def test_a_quote_the_source_does_not_hold_raises() -> None:
+    server = FakeServer(pieces=['It says "the capital of Spain" [1].'])
+    with pytest.raises(ServerIgnoredGrammarError, match="not verbatim.*ignored the citation"):
+        server.generator().generate(QUESTION, SOURCES, Policy.QUOTES_ONLY)
+    relaxed = FakeServer(pieces=['It says "the capital of Spain" [1].']).generator()
+    answer = relaxed.generate(QUESTION, SOURCES, Policy.QUOTES_ONLY, verbatim_quotes=False)
+    assert answer.quotes == () and answer.cited_ids == [1]
+
+
+def test_a_budget_cut_inside_a_quote_drops_it() -> None:
+    server = FakeServer(pieces=['Paris [1]. It says "the capital'], finish="length")
+    gen = server.generator()
+    answer = gen.generate(QUESTION, SOURCES, Policy.QUOTES_ONLY)
+    assert answer.text == "Paris [1]. It says" and answer.finish_reason == "length"
+    assert "".join(gen.stream(QUESTION, SOURCES, Policy.QUOTES_ONLY)) == answer.text

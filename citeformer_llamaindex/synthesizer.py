@@ -264,7 +264,8 @@ class CitationSynthesizer(BaseSynthesizer):
     async def aget_response(
         self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any
     ) -> RESPONSE_TEXT_TYPE:
-        """Async ``get_response``: the generation runs in a worker thread."""
+        """Async ``get_response``: an in-process generation runs in a worker thread; a
+        ``ServerGenerator`` is awaited."""
         sources = [Source(chunk) for chunk in text_chunks]
         if self._streaming:
             return await self._astream(query_str, sources, on_end=None)
@@ -320,7 +321,8 @@ class CitationSynthesizer(BaseSynthesizer):
         additional_source_nodes: Sequence[NodeWithScore] | None = None,
         **response_kwargs: Any,
     ) -> RESPONSE_TYPE:
-        """Async ``synthesize``: generation runs in a worker thread, off the event loop."""
+        """Async ``synthesize``: an in-process generation runs in a worker thread, off the event
+        loop; a ``ServerGenerator`` is awaited."""
         dispatcher.event(SynthesizeStartEvent(query=query))
         cited = self._cited_nodes(nodes)
         if not cited:
@@ -465,7 +467,8 @@ class CitationSynthesizer(BaseSynthesizer):
             # In-process generation blocks for seconds: off the event loop.
             return await asyncio.to_thread(self._generate, question, sources, nodes)
         with self._explained(sources, nodes):
-            return await agenerate(question, sources, **self._call_kwargs())  # type: ignore[no-any-return]
+            answer: CitedAnswer = await agenerate(question, sources, **self._call_kwargs())
+            return answer
 
     async def _astream(
         self,

@@ -53,6 +53,7 @@ from citeformer.generator import (
 from citeformer.grammar import build_grammar, grammar_options
 from citeformer.prompt import build_messages
 from citeformer.quotes import DEFAULT_QUOTABLE_CHARS, find_quotes, trim_open_quote
+from citeformer.sse import asse_events, sse_events
 from citeformer.types import CitedAnswer, FinishReason, Policy, Quote, Source
 
 Engine = Literal["llama.cpp", "vllm", "vllm-guided", "sglang"]
@@ -563,7 +564,7 @@ class ServerAnswerStream:
         response = generator._send("POST", self._call.path, self._call.body, stream=True)
         assembler = _Assembler(self._call, base_url)
         try:
-            events = _sse_events(response.iter_lines())
+            events = sse_events(response.iter_lines())
             for event in events:
                 if (chunk := assembler.feed(event)) is not None:
                     yield chunk
@@ -610,7 +611,7 @@ class AsyncServerAnswerStream:
             )
             assembler = _Assembler(self._call, base_url)
             try:
-                async for event in _asse_events(response.aiter_lines()):
+                async for event in asse_events(response.aiter_lines()):
                     if (chunk := assembler.feed(event)) is not None:
                         yield chunk
             except httpx.TransportError as error:
@@ -814,68 +815,6 @@ def _grammar_field(engine: str, grammar: str) -> dict[str, Any]:
     if engine == "sglang":
         return {"ebnf": grammar}
     return {"grammar": grammar}
-
-
-def _sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any] | None]:
-    """The JSON payloads of a server-sent event stream; ``None`` for ``data: [DONE]``."""
-    data: list[str] = []
-    for line in lines:
-        event = _sse_line(line, data)
-        if event is not _PENDING:
-            yield event  # type: ignore[misc]
-            if event is None:
-                return
-    if data:
-        yield _sse_payload("\n".join(data))
-
-
-async def _asse_events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any] | None]:
-    data: list[str] = []
-    async for line in lines:
-        event = _sse_line(line, data)
-        if event is not _PENDING:
-            yield event  # type: ignore[misc]
-            if event is None:
-                return
-    if data:
-        yield _sse_payload("\n".join(data))
-
-
-_PENDING = object()
-
-
-def _sse_line(line: str, data: list[str]) -> object:
-    # An event is its "data:" lines up to a blank line (https://html.spec.whatwg.org/multipage/
-    # server-sent-events.html); comments (":"), "event:", "id:" and "retry:" lines carry no text.
-    line = line.rstrip("\r")
-    if not line:
-        if not data:
-            return _PENDING
-        payload = "\n".join(data)
-        data.clear()
-        return _sse_payload(payload)
-    if line.startswith("data:"):
-        value = line[5:]
-        data.append(value[1:] if value.startswith(" ") else value)
-    return _PENDING
-
-
-def _sse_payload(payload: str) -> dict[str, Any] | None:
-    if payload.strip() == "[DONE]":
-        return None
-    try:
-        event = json.loads(payload)
-    except json.JSONDecodeError as error:
-        raise ServerResponseError(
-            f"the server sent an event that is not JSON: {payload[:300]!r}",
-            status_code=200, body=payload,
-        ) from error
-    if not isinstance(event, dict):
-        raise ServerResponseError(
-            f"the server sent an event that is not a JSON object: {payload[:300]!r}",
-            status_code=200, body=payload,
-        )
-    return event
 
 
 def _api_root(base_url: str) -> str:

@@ -30,8 +30,8 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 from citeformer import AnswerGenerator, CitedAnswer, CiteGenerator, Policy, Quote, Source
+from citeformer.answers import DEFAULT_MAX_NEW_TOKENS
 from citeformer.errors import EmptySourceError, PromptTooLongError
-from citeformer.generator import DEFAULT_MAX_NEW_TOKENS
 from citeformer.prompt import DEFAULT_INSTRUCTIONS
 from citeformer_llamaindex.llm import CiteformerLLM
 from citeformer_llamaindex.splitting import CitationChunker

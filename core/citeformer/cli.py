@@ -148,7 +148,7 @@ def _policy(value: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from citeformer import __version__
-    from citeformer.generator import DEFAULT_MAX_NEW_TOKENS
+    from citeformer.answers import DEFAULT_MAX_NEW_TOKENS
     from citeformer.remote import ENGINES
 
     parser = argparse.ArgumentParser(

@@ -14,31 +14,23 @@ import xgrammar as xgr
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from citeformer.citations import scan_markers
-from citeformer.errors import (
-    EmptyQuestionError,
-    EmptySourceError,
-    GrammarViolationError,
-    NoSourcesError,
-    PromptTooLongError,
-    TokenizerMismatchError,
+from citeformer.answers import (
+    DEFAULT_MAX_NEW_TOKENS,
+    ChunkTracker,
+    SourceLike,
+    StreamedAnswer,
+    check_decoding,
+    check_question,
+    cited_answer,
+    normalize_sources,
+    quotable_chars,
 )
+from citeformer.errors import PromptTooLongError, TokenizerMismatchError
 from citeformer.grammar import build_grammar, grammar_options
 from citeformer.processor import GrammarLogitsProcessor, QuoteLogitsProcessor
 from citeformer.prompt import build_messages, render_prompt
-from citeformer.quotes import (
-    DEFAULT_MIN_QUOTE_CHARS,
-    DEFAULT_QUOTABLE_CHARS,
-    QuoteGuard,
-    VocabIndex,
-    find_quotes,
-    trim_open_quote,
-)
-from citeformer.types import CitedAnswer, FinishReason, Policy, Quote, Source
-
-DEFAULT_MAX_NEW_TOKENS = 160
-
-SourceLike = Source | str
+from citeformer.quotes import DEFAULT_MIN_QUOTE_CHARS, QuoteGuard, VocabIndex
+from citeformer.types import CitedAnswer, FinishReason, Policy, Source
 
 
 class CiteGenerator:
@@ -157,7 +149,7 @@ class CiteGenerator:
         """The exact prompt text the model sees for these arguments."""
         return render_prompt(
             build_messages(
-                _check_question(question), normalize_sources(sources),
+                check_question(question), normalize_sources(sources),
                 Policy.coerce(policy), instructions,
             ),
             self.tokenizer,
@@ -242,24 +234,18 @@ class CiteGenerator:
         constrained: bool,
         grammar_opts: dict[str, int | bool],
     ) -> _Call:
-        question = _check_question(question)
+        question = check_question(question)
         normalized = normalize_sources(sources)
         policy = Policy.coerce(policy)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-            max_new_tokens < 1
-        ):
-            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        if do_sample and not temperature > 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+        check_decoding(max_new_tokens, do_sample, temperature)
         compiled = (
             self.compiled_grammar(len(normalized), policy, **grammar_opts) if constrained else None
         )
         quotes = None
-        verbatim = grammar_opts.get("verbatim_quotes", True)
-        if constrained and policy is Policy.QUOTES_ONLY and verbatim:
+        quotable = quotable_chars(policy, constrained, grammar_opts)
+        if quotable is not None:
             quotes = _QuoteSettings(
-                int(grammar_opts.get("min_quote_chars", DEFAULT_MIN_QUOTE_CHARS)),
-                int(grammar_opts.get("quotable_chars", DEFAULT_QUOTABLE_CHARS)),
+                int(grammar_opts.get("min_quote_chars", DEFAULT_MIN_QUOTE_CHARS)), quotable
             )
         if prompt is None:
             prompt = render_prompt(
@@ -317,33 +303,11 @@ class CiteGenerator:
     def _answer(self, call: _Call, generated: list[int]) -> CitedAnswer:
         stopped = bool(generated) and generated[-1] in self._stop_ids
         finish: FinishReason = "stop" if stopped else "length"
-        text = self.decode(generated)
-        n = len(call.sources)
-        quotes: tuple[Quote, ...] = ()
-        if call.compiled is None:
-            citations = scan_markers(text, n).citations
-        else:
-            if not stopped:
-                text = trim_open_marker(text)
-                if call.quotes is not None:
-                    text = trim_open_quote(text)
-            if call.quotes is not None:
-                quotes = find_quotes(text, call.sources, quotable_chars=call.quotes.quotable_chars)
-            scan = scan_markers(text, n)
-            if scan.fabricated:
-                raise GrammarViolationError(
-                    f"constrained output holds {scan.fabricated} marker(s) outside 1..{n}: "
-                    f"{text!r}"
-                )
-            citations = scan.citations
-        return CitedAnswer(
-            text=text,
-            citations=tuple(citations),
-            sources=call.sources,
-            finish_reason=finish,
-            prompt_tokens=int(call.prompt_ids.shape[1]),
-            generated_tokens=len(generated),
-            quotes=quotes,
+        return cited_answer(
+            self.decode(generated), call.sources, finish,
+            constrained=call.compiled is not None,
+            quotable=call.quotes.quotable_chars if call.quotes is not None else None,
+            prompt_tokens=int(call.prompt_ids.shape[1]), generated_tokens=len(generated),
         )
 
     @property
@@ -361,29 +325,19 @@ class CiteGenerator:
         )
 
 
-class AnswerStream:
+class AnswerStream(StreamedAnswer):
     """Text chunks of one answer as they are generated; ``answer`` holds the result at the end.
 
     Generation runs in a background thread that is stopped if the loop is left early.
     """
 
     def __init__(self, generator: CiteGenerator, call: _Call) -> None:
+        super().__init__()
         self._generator = generator
         self._call = call
-        self._answer: CitedAnswer | None = None
-        self._started = False
-
-    @property
-    def answer(self) -> CitedAnswer:
-        """The finished ``CitedAnswer``; available once iteration has ended."""
-        if self._answer is None:
-            raise RuntimeError("the stream has not finished yet: iterate over it to the end first")
-        return self._answer
 
     def __iter__(self) -> Iterator[str]:
-        if self._started:
-            raise RuntimeError("an AnswerStream can be iterated only once")
-        self._started = True
+        self._start()
         return self._chunks()
 
     def _chunks(self) -> Iterator[str]:
@@ -405,23 +359,19 @@ class AnswerStream:
         worker = threading.Thread(target=work, name="citeformer-generate", daemon=True)
         worker.start()
         generated: list[int] = []
-        emitted = ""
+        shown = ChunkTracker(quotes=self._call.quotes is not None)
         try:
             while (token := tokens.get()) is not None:
                 generated.append(token)
-                visible = _safe_prefix(
-                    self._generator.decode(generated), quotes=self._call.quotes is not None
-                )
-                if len(visible) > len(emitted) and visible.startswith(emitted):
-                    yield visible[len(emitted):]
-                    emitted = visible
+                if chunk := shown.update(self._generator.decode(generated)):
+                    yield chunk
             worker.join()
             if "error" in outcome:
                 raise outcome["error"]
             answer: CitedAnswer = outcome["answer"]
             self._answer = answer
-            if answer.text.startswith(emitted) and len(answer.text) > len(emitted):
-                yield answer.text[len(emitted):]
+            if rest := shown.rest(answer):
+                yield rest
         finally:
             cancel.set()
             worker.join()
@@ -470,58 +420,6 @@ class _Cancelled(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **_: Any) -> Any:
         stop = self._event is not None and self._event.is_set()
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
-
-
-def normalize_sources(sources: Sequence[SourceLike]) -> tuple[Source, ...]:
-    """Turn a list of ``Source`` or strings into Sources, rejecting what cannot be cited."""
-    if isinstance(sources, (str, Source)) or not isinstance(sources, Sequence):
-        raise TypeError(
-            f"sources must be a list of Source or str, got {type(sources).__name__}; "
-            "wrap a single passage in a list"
-        )
-    if not sources:
-        raise NoSourcesError(
-            "no sources were given, so there is nothing to cite; retrieve at least one passage"
-        )
-    normalized = []
-    for position, item in enumerate(sources, start=1):
-        source = Source(item) if isinstance(item, str) else item
-        if not isinstance(source, Source):
-            raise TypeError(
-                f"source {position} is a {type(item).__name__}; pass Source objects or strings"
-            )
-        if not isinstance(source.text, str) or not source.text.strip():
-            raise EmptySourceError(
-                f"source {position} ({source.title or 'untitled'}) has empty text; "
-                "drop it before calling, since a marker pointing at it could support nothing"
-            )
-        normalized.append(source)
-    return tuple(normalized)
-
-
-def trim_open_marker(text: str) -> str:
-    """Drop a marker cut off by the token budget (``... France [1``), and the space before it."""
-    opened = text.rfind("[")
-    if opened > text.rfind("]"):
-        return text[:opened].rstrip(" ")
-    return text
-
-
-def _safe_prefix(text: str, *, quotes: bool = False) -> str:
-    # What a stream may show now: no half-decoded character, no marker still open, no verbatim
-    # quote before its marker (the answer drops it if the budget cuts it), and no trailing
-    # whitespace, which the answer loses if the budget then cuts a marker open after it
-    # (tokenizers that spell " [" as " " then "[" would otherwise stream a space the answer lacks).
-    text = trim_open_marker(text.rstrip("\ufffd"))
-    return (trim_open_quote(text) if quotes else text).rstrip()
-
-
-def _check_question(question: object) -> str:
-    if not isinstance(question, str):
-        raise EmptyQuestionError(f"the question must be a string, got {type(question).__name__}")
-    if not question.strip():
-        raise EmptyQuestionError(f"the question is empty ({question!r}); ask something")
-    return question
 
 
 def _stop_token_ids(model: Any, tokenizer: Any) -> list[int]:

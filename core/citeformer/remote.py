@@ -27,14 +27,25 @@ import os
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
 
-from citeformer.citations import scan_markers
+from citeformer.answers import (
+    DEFAULT_MAX_NEW_TOKENS,
+    ChunkTracker,
+    SourceLike,
+    StreamedAnswer,
+    bad_markers,
+    check_decoding,
+    check_question,
+    cited_answer,
+    normalize_sources,
+    quotable_chars,
+)
 from citeformer.errors import (
     GrammarViolationError,
     InvalidInputError,
@@ -42,19 +53,10 @@ from citeformer.errors import (
     ServerIgnoredGrammarError,
     ServerResponseError,
 )
-from citeformer.generator import (
-    DEFAULT_MAX_NEW_TOKENS,
-    SourceLike,
-    _check_question,
-    _safe_prefix,
-    normalize_sources,
-    trim_open_marker,
-)
 from citeformer.grammar import build_grammar, grammar_options
 from citeformer.prompt import build_messages
-from citeformer.quotes import DEFAULT_QUOTABLE_CHARS, find_quotes, trim_open_quote
 from citeformer.sse import asse_events, sse_events
-from citeformer.types import CitedAnswer, FinishReason, Policy, Quote, Source
+from citeformer.types import CitedAnswer, FinishReason, Policy, Source
 
 Engine = Literal["llama.cpp", "vllm", "vllm-guided", "sglang"]
 ENGINES: tuple[str, ...] = ("llama.cpp", "vllm", "vllm-guided", "sglang")
@@ -265,15 +267,10 @@ class ServerGenerator:
         stream: bool,
     ) -> _Call:
         # The same checks, in the same order, as CiteGenerator._prepare.
-        question = _check_question(question)
+        question = check_question(question)
         normalized = normalize_sources(sources)
         policy = Policy.coerce(policy)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-            max_new_tokens < 1
-        ):
-            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        if do_sample and not temperature > 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+        check_decoding(max_new_tokens, do_sample, temperature)
         options = grammar_options(grammar_opts)
         body: dict[str, Any] = {}
         if self._model is not None:
@@ -303,11 +300,9 @@ class ServerGenerator:
             # Token counts in a last chunk (OpenAI's stream_options): vLLM and SGLang send it,
             # llama-cpp-python's server ignores the field.
             body["stream_options"] = {"include_usage": True}
-        quotable: int | None = None
         if constrained:
             body.update(_grammar_field(self.engine, self._grammar(normalized, policy, options)))
-            if policy is Policy.QUOTES_ONLY and options.get("verbatim_quotes", True):
-                quotable = int(options.get("quotable_chars", DEFAULT_QUOTABLE_CHARS))
+        quotable = quotable_chars(policy, constrained, options)
         return _Call(normalized, path, body, constrained, quotable)
 
     # -- generate ------------------------------------------------------------------------------
@@ -530,7 +525,7 @@ class ServerGenerator:
         return min(delay * (0.75 + random.random() / 2), _MAX_BACKOFF_S)
 
 
-class ServerAnswerStream:
+class ServerAnswerStream(StreamedAnswer):
     """Text chunks of one answer as the server sends them; ``answer`` holds the result at the end.
 
     The request is sent when iteration starts; leaving the loop early closes the connection, which
@@ -538,22 +533,12 @@ class ServerAnswerStream:
     """
 
     def __init__(self, generator: ServerGenerator, call: _Call) -> None:
+        super().__init__()
         self._generator = generator
         self._call = call
-        self._answer: CitedAnswer | None = None
-        self._started = False
-
-    @property
-    def answer(self) -> CitedAnswer:
-        """The finished ``CitedAnswer``; available once iteration has ended."""
-        if self._answer is None:
-            raise RuntimeError("the stream has not finished yet: iterate over it to the end first")
-        return self._answer
 
     def __iter__(self) -> Iterator[str]:
-        if self._started:
-            raise RuntimeError("an answer stream can be iterated only once")
-        self._started = True
+        self._start()
         return self._chunks()
 
     def _chunks(self) -> Iterator[str]:
@@ -578,26 +563,16 @@ class ServerAnswerStream:
             yield rest
 
 
-class AsyncServerAnswerStream:
+class AsyncServerAnswerStream(StreamedAnswer):
     """Async ``ServerAnswerStream``: ``async for chunk in stream``, then ``stream.answer``."""
 
     def __init__(self, generator: ServerGenerator, call: _Call) -> None:
+        super().__init__()
         self._generator = generator
         self._call = call
-        self._answer: CitedAnswer | None = None
-        self._started = False
-
-    @property
-    def answer(self) -> CitedAnswer:
-        """The finished ``CitedAnswer``; available once iteration has ended."""
-        if self._answer is None:
-            raise RuntimeError("the stream has not finished yet: iterate over it to the end first")
-        return self._answer
 
     def __aiter__(self) -> AsyncIterator[str]:
-        if self._started:
-            raise RuntimeError("an answer stream can be iterated only once")
-        self._started = True
+        self._start()
         return self._chunks()
 
     async def _chunks(self) -> AsyncIterator[str]:
@@ -641,7 +616,7 @@ class _Assembler:
         self._call = call
         self._base_url = base_url
         self._text = ""
-        self._emitted = ""
+        self._shown = ChunkTracker(quotes=call.quotable_chars is not None)
         self._pieces = 0
         self._finish: str | None = None
         self._usage: dict[str, Any] = {}
@@ -667,14 +642,12 @@ class _Assembler:
                 self._pieces += 1
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
-        visible = _safe_prefix(self._text, quotes=self._call.quotable_chars is not None)
-        if len(visible) > len(self._emitted) and visible.startswith(self._emitted):
-            if self._call.constrained:
-                _check_markers(visible, len(self._call.sources), self._base_url, closed=False)
-            chunk = visible[len(self._emitted):]
-            self._emitted = visible
-            return chunk
-        return None
+        chunk = self._shown.update(self._text)
+        if chunk is not None and self._call.constrained:
+            bad = bad_markers(self._shown.emitted, len(self._call.sources), finished=False)
+            if bad:
+                raise _ignored_marker(self._base_url, len(self._call.sources))(bad[0], self._text)
+        return chunk
 
     def lost(self, error: Exception) -> ServerConnectionError:
         return ServerConnectionError(
@@ -697,10 +670,7 @@ class _Assembler:
             prompt_tokens=usage.get("prompt_tokens"),
             generated_tokens=usage.get("completion_tokens", self._pieces),
         )
-        rest = ""
-        if answer.text.startswith(self._emitted) and len(answer.text) > len(self._emitted):
-            rest = answer.text[len(self._emitted):]
-        return answer, rest
+        return answer, self._shown.rest(answer)
 
 
 def _name_model(call: _Call, model: str | None) -> None:
@@ -745,33 +715,15 @@ def _answer(
             status_code=200, body=text,
         )
     n = len(call.sources)
-    quotes: tuple[Quote, ...] = ()
-    if call.constrained:
-        if finish == "length":
-            text = trim_open_marker(text)
-            if call.quotable_chars is not None:
-                text = trim_open_quote(text)
-        _check_markers(text, n, base_url, closed=True)
-        if call.quotable_chars is not None:
-            quotes = _verbatim_quotes(text, call, base_url)
-    citations = scan_markers(text, n).citations
-    return CitedAnswer(
-        text=text,
-        citations=tuple(citations),
-        sources=call.sources,
-        finish_reason=finish,
-        prompt_tokens=int(prompt_tokens or 0),
-        generated_tokens=int(generated_tokens or 0),
-        quotes=quotes,
-    )
-
-
-def _verbatim_quotes(text: str, call: _Call, base_url: str) -> tuple[Quote, ...]:
-    # The same check as for markers: a quote the source does not hold means the server did not
-    # enforce the grammar's quote rules.
     try:
-        return find_quotes(text, call.sources, quotable_chars=call.quotable_chars or 0)
-    except GrammarViolationError as error:
+        return cited_answer(
+            text, call.sources, finish, constrained=call.constrained,
+            quotable=call.quotable_chars, prompt_tokens=int(prompt_tokens or 0),
+            generated_tokens=int(generated_tokens or 0), violation=_ignored_marker(base_url, n),
+        )
+    except ServerIgnoredGrammarError:
+        raise
+    except GrammarViolationError as error:  # a quote the source does not hold
         raise ServerIgnoredGrammarError(
             f"the server at {base_url} returned a quote that is not verbatim ({error}): the "
             f"server ignored the citation grammar. The answer was not returned: {text!r}",
@@ -779,23 +731,19 @@ def _verbatim_quotes(text: str, call: _Call, base_url: str) -> tuple[Quote, ...]
         ) from error
 
 
-def _check_markers(text: str, n: int, base_url: str, *, closed: bool) -> None:
-    """The re-check that does not trust the server: every marker names a source in 1..n."""
-    scan = scan_markers(text, n)
-    bad = [text[c.start:c.end] for c in scan.out_of_range]
-    bad += [text[start:end] for start, end in scan.malformed]
-    if not bad and closed:
-        opened = text.rfind("[")
-        if opened > text.rfind("]"):  # the grammar cannot stop inside a marker
-            bad.append(text[opened:opened + 12])
-    if bad:
-        raise ServerIgnoredGrammarError(
-            f"the server at {base_url} returned marker {bad[0]!r}, which names no source in "
+def _ignored_marker(base_url: str, n: int) -> Callable[[str, str], ServerIgnoredGrammarError]:
+    """The re-check that does not trust the server: a marker outside 1..n raises this."""
+
+    def error(marker: str, text: str) -> ServerIgnoredGrammarError:
+        return ServerIgnoredGrammarError(
+            f"the server at {base_url} returned marker {marker!r}, which names no source in "
             f"1..{n}: the server ignored the citation grammar (check that the engine is right "
             "for this server, see ServerGenerator(engine=...), and that its grammar backend is "
             f"enabled). The answer was not returned: {text!r}",
-            marker=bad[0],
+            marker=marker,
         )
+
+    return error
 
 
 def _choice_text(choice: dict[str, Any], *, delta: bool) -> str | None:

@@ -93,7 +93,7 @@ def test_any_text_scans_without_error_and_offsets_hold(text: str, n: int) -> Non
     ],
 )
 def test_an_unfinished_marker_is_trimmed(text: str, expected: str) -> None:
-    from citeformer.generator import trim_open_marker
+    from citeformer.answers import trim_open_marker
 
     assert trim_open_marker(text) == expected
 
@@ -110,7 +110,7 @@ def test_an_unfinished_marker_is_trimmed(text: str, expected: str) -> None:
     ],
 )
 def test_a_stream_shows_only_text_the_answer_keeps(decoded: str, shown: str) -> None:
-    from citeformer.generator import _safe_prefix, trim_open_marker
+    from citeformer.answers import safe_prefix, trim_open_marker
 
-    assert _safe_prefix(decoded) == shown
+    assert safe_prefix(decoded) == shown
     assert trim_open_marker(decoded).startswith(shown)

@@ -35,9 +35,9 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeRelationship, NodeWithScore, TextNode
 
 from citeformer import CitedAnswer, Policy, Source
+from citeformer.answers import normalize_sources
 from citeformer.citations import parse_citations
 from citeformer.errors import EmptySourceError, PromptTooLongError
-from citeformer.generator import normalize_sources
 from citeformer.prompt import DEFAULT_INSTRUCTIONS
 from citeformer.quotes import find_quotes
 from citeformer_llamaindex import (
@@ -472,9 +472,9 @@ def test_empty_question_is_refused_by_the_core() -> None:
 
 class _RealChecks(ScriptedGenerator):
     def _answer(self, question: str, sources: Sequence[Any], **kwargs: Any) -> CitedAnswer:
-        from citeformer.generator import _check_question
+        from citeformer.answers import check_question
 
-        _check_question(question)
+        check_question(question)
         return super()._answer(question, sources, **kwargs)
 
 

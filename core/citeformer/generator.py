@@ -134,7 +134,8 @@ class CiteGenerator:
         key = (n_sources, policy, tuple(sorted(options.items())))
         compiled = self._grammars.get(key)
         if compiled is None:
-            compiled = self._compiler.compile_grammar(build_grammar(n_sources, policy, **options))
+            grammar = build_grammar(n_sources, policy, **options)  # type: ignore[arg-type]
+            compiled = self._compiler.compile_grammar(grammar)
             self._grammars[key] = compiled
         return compiled
 

@@ -76,9 +76,9 @@ class QuoteLogitsProcessor(LogitsProcessor):
         mask = self._guard.mask()
         ids = torch.tensor(mask.ids, dtype=torch.long, device=scores.device)
         if mask.allow:
-            kept = torch.full_like(scores, float("-inf"))
-            kept[:, ids] = scores[:, ids]
-            scores = kept
+            removed = torch.ones(scores.shape[-1], dtype=torch.bool, device=scores.device)
+            removed[ids] = False
+            scores.masked_fill_(removed, float("-inf"))
         elif len(mask.ids):
             scores[:, ids] = float("-inf")
         self.mask_seconds.append(time.perf_counter() - began)

@@ -23,6 +23,13 @@ from citeformer.errors import (
     PromptTooLongError,
     TokenizerMismatchError,
 )
+from citeformer.evidence import (
+    Evidence,
+    EvidenceLogitsProcessor,
+    IdTokens,
+    Support,
+    resolve_evidence,
+)
 from citeformer.grammar import build_grammar, grammar_options
 from citeformer.processor import GrammarLogitsProcessor
 from citeformer.prompt import build_messages, render_prompt
@@ -167,6 +174,7 @@ class CiteGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
+        evidence: Evidence | str | None = None,
         **grammar_opts: int,
     ) -> CitedAnswer:
         """Answer ``question`` from ``sources``; markers are ``[k]`` with k in 1..len(sources).
@@ -179,10 +187,14 @@ class CiteGenerator:
         ``constrained=False`` drops the grammar, for comparisons only: the answer may then name
         sources that do not exist; its ``citations`` keep the markers in range, and
         ``scan_markers`` on its text counts the rest.
+
+        ``evidence`` chooses among the ids the grammar allows by how well each source supports
+        the claim being cited: ``"lexical"``, ``"embedding"`` or an ``Evidence`` from
+        ``citeformer.evidence``; ``None`` leaves the choice to the model.
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,
-            instructions, prompt, constrained, grammar_opts,
+            instructions, prompt, constrained, grammar_opts, evidence=evidence,
         )
         with self._lock:
             return self._run(call, streamer=None, cancel=None)
@@ -200,6 +212,7 @@ class CiteGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
+        evidence: Evidence | str | None = None,
         **grammar_opts: int,
     ) -> AnswerStream:
         """Like ``generate``, but returns an iterator of text chunks as tokens are generated.
@@ -209,7 +222,7 @@ class CiteGenerator:
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,
-            instructions, prompt, constrained, grammar_opts,
+            instructions, prompt, constrained, grammar_opts, evidence=evidence,
         )
         return AnswerStream(self, call)
 
@@ -226,9 +239,12 @@ class CiteGenerator:
         prompt: str | None,
         constrained: bool,
         grammar_opts: dict[str, int],
+        *,
+        evidence: object = None,
     ) -> _Call:
         question = _check_question(question)
         normalized = normalize_sources(sources)
+        scorer = resolve_evidence(evidence)
         policy = Policy.coerce(policy)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
             max_new_tokens < 1
@@ -251,7 +267,10 @@ class CiteGenerator:
                 f"{max_new_tokens}, but the model's context holds {limit}; pass fewer or shorter "
                 "sources, or a smaller max_new_tokens"
             )
-        return _Call(normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed)
+        return _Call(
+            normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed,
+            evidence=(scorer, scorer.bind(question, normalized)) if scorer is not None else None,
+        )
 
     def _run(
         self, call: _Call, streamer: BaseStreamer | None, cancel: threading.Event | None
@@ -259,6 +278,8 @@ class CiteGenerator:
         processors = LogitsProcessorList()
         if call.compiled is not None:
             processors.append(GrammarLogitsProcessor(call.compiled))
+        if call.evidence is not None:
+            processors.append(self._evidence_processor(call))
         stopping = StoppingCriteriaList([_Cancelled(cancel)] if cancel is not None else [])
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": call.temperature, "top_k": 0, "top_p": 1.0}
@@ -283,6 +304,12 @@ class CiteGenerator:
             )
         generated = output[0, call.prompt_ids.shape[1]:].tolist()
         return self._answer(call, generated)
+
+    def _evidence_processor(self, call: _Call) -> EvidenceLogitsProcessor:
+        scorer, support = call.evidence  # type: ignore[misc]
+        return EvidenceLogitsProcessor(
+            support, scorer.weight, len(call.sources), IdTokens.of(self._tokenizer_info)
+        )
 
     def _answer(self, call: _Call, generated: list[int]) -> CitedAnswer:
         stopped = bool(generated) and generated[-1] in self._stop_ids
@@ -391,6 +418,7 @@ class _Call:
     do_sample: bool
     temperature: float
     seed: int | None
+    evidence: tuple[Evidence, Support] | None = None
 
 
 class _QueueStreamer(BaseStreamer):

@@ -134,6 +134,9 @@ def run_quality(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
         for system, row in summary[name].items():
             figures = ", ".join(f"{key} {report.pct(row[key])}" for key in (
                 "fabrication_rate", "precision", "coverage", "correctness", "degenerate"))
+            cost = row["evidence_ms_per_marker"]
+            if cost.get("n"):
+                figures += f", evidence scoring {report.spread(cost)} ms per marker"
             log(f"  {name:<11} {system:<22} {figures}")
     return {
         "counts": {name: len(prompt_items) for name, prompt_items in prompt_sets.items()},

@@ -4,9 +4,10 @@
 - ``llamaindex``: LlamaIndex's ``CITATION_QA_TEMPLATE`` filled with the sources numbered the way
   ``CitationQueryEngine`` numbers them (``Source 1:``), sent as the user turn of the chat template;
   citations are asked for in the prompt only.
-- ``citeformer-<policy>``: ``CiteGenerator.generate`` with the grammar of each policy.
+- ``citeformer-<policy>``: ``CiteGenerator.generate`` with the grammar of each policy and no
+  evidence (``evidence=None``): the model alone chooses each id.
 - ``citeformer-required+<scorer>``: REQUIRED with evidence reweighting of the id at each marker
-  (``citeformer.evidence``), timed per marker.
+  (``citeformer.evidence``; ``+lexical`` is what ``generate`` does by default), timed per marker.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def generate_from_user_turn(
 
 def _citeformer(policy: Policy) -> Runner:
     def run(gen: CiteGenerator, item: Item, max_new_tokens: int) -> CitedAnswer:
-        return gen.generate(item.question, item.sources(), policy, max_new_tokens=max_new_tokens)
+        return gen.generate(item.question, item.sources(), policy, max_new_tokens=max_new_tokens,
+                            evidence=None)
 
     return run
 

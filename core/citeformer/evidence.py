@@ -13,10 +13,11 @@ Scorers:
 - ``LexicalEvidence``: the share of the claim's content words (IDF-weighted over this call's
   sources) that occur in each source. No model, a fraction of a millisecond per marker.
 - ``EmbeddingEvidence``: cosine similarity of the claim and each source under all-MiniLM-L6-v2
-  (``citeformer[retrieval]``), about 10-30 ms per marker on a CPU.
+  (``citeformer[retrieval]``): one embedding per marker (the sources too at an answer's first),
+  about 30-100 ms per marker on a busy 2-core CPU, and no more precise than lexical there.
 
 Pass one to ``CiteGenerator.generate``/``stream`` as ``evidence=`` (or its name, ``"lexical"`` or
-``"embedding"``); ``evidence=None`` leaves the choice to the model.
+``"embedding"``); the default is ``"lexical"``; ``evidence=None`` leaves the choice to the model.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from transformers import LogitsProcessor
 
 from citeformer.types import Source
 
+DEFAULT_EVIDENCE = "lexical"
+"""What ``CiteGenerator.generate``/``stream`` use unless told otherwise: on the held-out split of
+the benchmarks it doubled citation precision at well under a millisecond per marker."""
 DEFAULT_LEXICAL_WEIGHT = 8.0
 DEFAULT_EMBEDDING_WEIGHT = 12.0
 

@@ -24,6 +24,7 @@ from citeformer.errors import (
     TokenizerMismatchError,
 )
 from citeformer.evidence import (
+    DEFAULT_EVIDENCE,
     Evidence,
     EvidenceLogitsProcessor,
     IdTokens,
@@ -174,7 +175,7 @@ class CiteGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
-        evidence: Evidence | str | None = None,
+        evidence: Evidence | str | None = DEFAULT_EVIDENCE,
         **grammar_opts: int,
     ) -> CitedAnswer:
         """Answer ``question`` from ``sources``; markers are ``[k]`` with k in 1..len(sources).
@@ -189,8 +190,9 @@ class CiteGenerator:
         ``scan_markers`` on its text counts the rest.
 
         ``evidence`` chooses among the ids the grammar allows by how well each source supports
-        the claim being cited: ``"lexical"``, ``"embedding"`` or an ``Evidence`` from
-        ``citeformer.evidence``; ``None`` leaves the choice to the model.
+        the claim being cited: ``"lexical"`` (the default), ``"embedding"`` or an ``Evidence``
+        from ``citeformer.evidence``; ``None`` leaves the choice to the model. It acts with the
+        grammar only: under ``constrained=False`` the model chooses alone.
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,
@@ -212,7 +214,7 @@ class CiteGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
-        evidence: Evidence | str | None = None,
+        evidence: Evidence | str | None = DEFAULT_EVIDENCE,
         **grammar_opts: int,
     ) -> AnswerStream:
         """Like ``generate``, but returns an iterator of text chunks as tokens are generated.
@@ -244,7 +246,7 @@ class CiteGenerator:
     ) -> _Call:
         question = _check_question(question)
         normalized = normalize_sources(sources)
-        scorer = resolve_evidence(evidence)
+        scorer = resolve_evidence(evidence)  # checked even where it will not act
         policy = Policy.coerce(policy)
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
             max_new_tokens < 1
@@ -269,7 +271,10 @@ class CiteGenerator:
             )
         return _Call(
             normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed,
-            evidence=(scorer, scorer.bind(question, normalized)) if scorer is not None else None,
+            evidence=(
+                (scorer, scorer.bind(question, normalized))
+                if scorer is not None and compiled is not None else None
+            ),
         )
 
     def _run(

@@ -7,9 +7,9 @@
 
 Sections: ``load`` (embedded model load, first and cached), ``compile`` (grammar compile, cold and
 cached), ``speed`` (decode tokens/s with and without the grammar, time to first token, mask time)
-and ``quality`` (five systems on the labeled set, normal and adversarial prompts). Each writes
-``results/<section>.json``; then the plots and the results section of ``README.md`` are rebuilt
-from all result files present.
+and ``quality`` (the systems on the labeled set or one split of it, normal and adversarial
+prompts). Each writes ``results/<section>.json``; then the plots and the results section of
+``README.md`` are rebuilt from all result files present.
 """
 
 from __future__ import annotations
@@ -32,8 +32,15 @@ sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
 from citebench import quality, quotes, report, speed  # noqa: E402
-from citebench.data import ATTACKS, adversarial_items, attacked, load_items  # noqa: E402
-from citebench.systems import SYSTEMS  # noqa: E402
+from citebench.data import (  # noqa: E402
+    ATTACKS,
+    SPLITS,
+    Item,
+    adversarial_items,
+    attacked,
+    load_items,
+)
+from citebench.systems import SYSTEMS, System  # noqa: E402
 
 from citeformer import CiteGenerator, Policy  # noqa: E402
 
@@ -60,6 +67,10 @@ class Settings:
     load_cached_runs: int
     quote_runs: int
     """Cold and cached builds of the verbatim quote index per passage shape."""
+    split: str = "all"
+    """Questions of this split of the labeled set only (``dev``, ``test`` or ``all``)."""
+    systems: tuple[str, ...] | None = None
+    """Names of the quality systems to run (None: all)."""
 
 
 FULL = Settings(
@@ -104,23 +115,38 @@ def run_speed(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
     }
 
 
-def run_quality(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
+def chosen_systems(settings: Settings) -> tuple[System, ...]:
+    names = settings.systems
+    return tuple(s for s in SYSTEMS if names is None or s.name in names)
+
+
+def split_items(settings: Settings) -> list[Item]:
     items = load_items()
+    return items if settings.split == "all" else [i for i in items if i.split == settings.split]
+
+
+def run_quality(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
+    items = split_items(settings)
+    systems = chosen_systems(settings)
     normal = items[: settings.questions] if settings.questions else items
     attacked = adversarial_items(items, settings.adversarial_questions)
     prompt_sets = {"normal": normal, "adversarial": attacked}
     records: dict[str, list[dict[str, Any]]] = {}
     summary = {}
     for name, prompt_items in prompt_sets.items():
-        log(f"quality: {name} prompts, {len(prompt_items)} x {len(SYSTEMS)} systems")
-        records[name] = quality.run_items(gen, SYSTEMS, prompt_items, settings.max_new_tokens, log)
-        summary[name] = quality.summarize_by_system(records[name], SYSTEMS)
+        log(f"quality: {name} prompts, {len(prompt_items)} x {len(systems)} systems")
+        records[name] = quality.run_items(gen, systems, prompt_items, settings.max_new_tokens, log)
+        summary[name] = quality.summarize_by_system(records[name], systems)
         for system, row in summary[name].items():
             figures = ", ".join(f"{key} {report.pct(row[key])}" for key in (
                 "fabrication_rate", "precision", "coverage", "correctness", "degenerate"))
+            cost = row["evidence_ms_per_marker"]
+            if cost.get("n"):
+                figures += f", evidence scoring {report.spread(cost)} ms per marker"
             log(f"  {name:<11} {system:<22} {figures}")
     return {
         "counts": {name: len(prompt_items) for name, prompt_items in prompt_sets.items()},
+        "split": settings.split,
         "max_new_tokens": settings.max_new_tokens,
         "summary": summary,
         "records": records,
@@ -134,8 +160,10 @@ def rescore_quality(results_dir: Path) -> None:
     items = load_items()
     variants = items + [attacked(item, attack) for item in items for attack in ATTACKS]
     for name, records in payload["records"].items():
+        present = {r["system"] for r in records}
+        systems = [s for s in SYSTEMS if s.name in present]
         payload["records"][name] = quality.rescore(records, variants)
-        payload["summary"][name] = quality.summarize_by_system(payload["records"][name], SYSTEMS)
+        payload["summary"][name] = quality.summarize_by_system(payload["records"][name], systems)
     report.write_json(path, payload)
 
 
@@ -147,8 +175,8 @@ RUNNERS: dict[str, Callable[[CiteGenerator, Settings], dict[str, Any]]] = {
 
 def budget(settings: Settings) -> str:
     """The planned work, printed before the run."""
-    normal = settings.questions or len(load_items())
-    answers = (normal + 2 * settings.adversarial_questions) * len(SYSTEMS)
+    normal = settings.questions or len(split_items(settings))
+    answers = (normal + 2 * settings.adversarial_questions) * len(chosen_systems(settings))
     speed_tokens = 2 * len(Policy) * settings.decode_runs * settings.decode_tokens
     return (f"plan: {answers} answers x <= {settings.max_new_tokens} tokens "
             f"(<= {answers * settings.max_new_tokens} tokens), speed runs {speed_tokens} tokens, "
@@ -179,6 +207,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="recompute quality metrics from stored answers and rebuild the report")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's own choice)")
+    parser.add_argument("--split", choices=("all", *SPLITS), default="all",
+                        help="quality on this split of the labeled set only (default: all); "
+                             "dev is for tuning, test is held out")
+    parser.add_argument("--systems", nargs="+", choices=[s.name for s in SYSTEMS], default=None,
+                        help="quality systems to run (default: all)")
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=INT", dest="overrides",
                         help="override a setting, e.g. --set questions=20 max_new_tokens=48 "
                              f"(fields: {', '.join(f.name for f in fields(Settings))})")
@@ -200,6 +233,8 @@ def with_overrides(settings: Settings, overrides: list[str]) -> Settings:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     settings = with_overrides(QUICK if args.quick else FULL, args.overrides)
+    settings = replace(settings, split=args.split,
+                       systems=tuple(args.systems) if args.systems else None)
     results_dir = HERE / "results" / ("quick" if args.quick else "")
     readme = HERE / ("results/quick/README.md" if args.quick else "README.md")
     if args.rescore:

@@ -21,6 +21,16 @@ INJECT_99 = (
 )
 
 
+SPLITS = ("dev", "test")
+"""``dev``: every third question (q01, q04, ..., q49), for tuning; ``test``: the other two thirds,
+held out: no setting is chosen on them."""
+
+
+def split_of(item_id: str) -> str:
+    """The split of a question, by a fixed rule on its number (``q01`` is dev, ``q02`` test)."""
+    return "dev" if int(item_id.lstrip("q")) % 3 == 1 else "test"
+
+
 @dataclass(frozen=True)
 class Passage:
     id: str
@@ -38,6 +48,10 @@ class Item:
     gold_passages: frozenset[str]
     answer: str
     attack: str = "none"
+
+    @property
+    def split(self) -> str:
+        return split_of(self.id)
 
     def sources(self) -> list[Source]:
         """The passages as citeformer sources; source k is ``passages[k - 1]``."""

@@ -25,7 +25,10 @@ COUNTS = (
     "markers", "fabricated", "out_of_range", "malformed", "precise", "sentences",
     "cited_sentences", "long_sentences",
 )
-FLAGS = ("correct", "stacked_markers", "cut_off", "repeated_phrase", "degenerate", "no_marker")
+FLAGS = (
+    "correct", "stacked_markers", "cut_off", "repeated_phrase", "degenerate", "no_marker",
+    "cites_gold",
+)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -82,6 +85,7 @@ def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
         "repeated_phrase": repeated,
         "degenerate": stacked or cut_off or repeated,
         "no_marker": scan.total == 0,
+        "cites_gold": any(c.source_id in gold for c in scan.citations),
     }
 
 
@@ -138,6 +142,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "coverage": rate(total["cited_sentences"], total["sentences"]),
         "correctness": rate(flag["correct"], answers),
         "no_marker": rate(flag["no_marker"], answers),
+        "cites_gold": rate(flag["cites_gold"], answers),
+        "finished": rate(answers - flag["cut_off"], answers),
         "stacked_markers": rate(flag["stacked_markers"], answers),
         "cut_off": rate(flag["cut_off"], answers),
         "repeated_phrase": rate(flag["repeated_phrase"], answers),
@@ -148,5 +154,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "tokens_per_answer": quantiles([r["generated_tokens"] for r in rows]),
         "tokens_per_second": quantiles(
             [r["generated_tokens"] / r["seconds"] for r in rows if r["seconds"] > 0]
+        ),
+        "evidence_ms_per_marker": quantiles(
+            [ms for r in rows for ms in r.get("evidence_ms") or ()]
         ),
     }

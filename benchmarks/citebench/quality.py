@@ -19,6 +19,8 @@ def answer_record(
 ) -> dict[str, Any]:
     """Run one system on one item; an exception is recorded, not raised."""
     record: dict[str, Any] = {"system": system.name, "item": item.id, "attack": item.attack}
+    if system.evidence is not None:
+        system.evidence.drain()
     started = time.perf_counter()
     try:
         answer = system.run(gen, item, max_new_tokens)
@@ -35,6 +37,8 @@ def answer_record(
         generated_tokens=answer.generated_tokens,
         **measure(item, answer.text, answer.finish_reason),
     )
+    if system.evidence is not None:
+        record["evidence_ms"] = system.evidence.drain()
     return record
 
 

@@ -66,12 +66,25 @@ def quality_tables(quality: dict[str, Any]) -> str:
     parts = []
     normal = quality["summary"]["normal"]
     count = quality["counts"]["normal"]
-    parts.append(f"### Citation quality, normal prompts ({count} questions)\n")
+    split = quality.get("split", "all")
+    which = "" if split == "all" else f", {split} split"
+    parts.append(f"### Citation quality, normal prompts ({count} questions{which})\n")
     parts.append(table(
         ["system", "fabrication (markers)", "answers with a fabricated marker", "precision (gold)",
          "coverage (sentences)", "correct answer", "no marker at all"],
         [[name, pct(s["fabrication_rate"]), pct(s["answers_with_fabrication"]),
           pct(s["precision"]), pct(s["coverage"]), pct(s["correctness"]), pct(s["no_marker"])]
+         for name, s in normal.items()],
+    ))
+    parts.append(f"\n\n### Precision targets, normal prompts ({count} questions{which})\n")
+    parts.append(table(
+        ["system", "precision (gold)", "answers citing a gold passage", "stacked markers",
+         "finished before max_new_tokens", "correct answer", "tokens/s per answer",
+         "evidence scoring ms per marker"],
+        [[name, pct(s["precision"]), pct(s["cites_gold"]) if "cites_gold" in s else "n/a",
+          pct(s["stacked_markers"]), pct(s["finished"]) if "finished" in s else "n/a",
+          pct(s["correctness"]), spread(s["tokens_per_second"], digits=1),
+          spread(s.get("evidence_ms_per_marker", {}), digits=2)]
          for name, s in normal.items()],
     ))
     parts.append("\n\n### Degeneration, normal prompts\n")

@@ -26,6 +26,14 @@ from citeformer.answers import (
     quotable_chars,
 )
 from citeformer.errors import PromptTooLongError, TokenizerMismatchError
+from citeformer.evidence import (
+    DEFAULT_EVIDENCE,
+    Evidence,
+    EvidenceLogitsProcessor,
+    IdTokens,
+    Support,
+    resolve_evidence,
+)
 from citeformer.grammar import build_grammar, grammar_options
 from citeformer.processor import GrammarLogitsProcessor, QuoteLogitsProcessor
 from citeformer.prompt import build_messages, render_prompt
@@ -169,6 +177,7 @@ class CiteGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
+        evidence: Evidence | str | None = DEFAULT_EVIDENCE,
         **grammar_opts: int | bool,
     ) -> CitedAnswer:
         """Answer ``question`` from ``sources``; markers are ``[k]`` with k in 1..len(sources).
@@ -187,10 +196,15 @@ class CiteGenerator:
         each. Grammar options ``min_quote_chars`` (default 1) and ``quotable_chars`` (how much of
         each source, default 2000 characters) shape them; ``verbatim_quotes=False`` lets quotes
         hold any text.
+
+        ``evidence`` chooses among the ids the grammar allows by how well each source supports
+        the claim being cited: ``"lexical"`` (the default), ``"embedding"`` or an ``Evidence``
+        from ``citeformer.evidence``; ``None`` leaves the choice to the model. It acts with the
+        grammar only: under ``constrained=False`` the model chooses alone.
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,
-            instructions, prompt, constrained, grammar_opts,
+            instructions, prompt, constrained, grammar_opts, evidence=evidence,
         )
         with self._lock:
             return self._run(call, streamer=None, cancel=None)
@@ -208,6 +222,7 @@ class CiteGenerator:
         instructions: str | None = None,
         prompt: str | None = None,
         constrained: bool = True,
+        evidence: Evidence | str | None = DEFAULT_EVIDENCE,
         **grammar_opts: int | bool,
     ) -> AnswerStream:
         """Like ``generate``, but returns an iterator of text chunks as tokens are generated.
@@ -217,7 +232,7 @@ class CiteGenerator:
         """
         call = self._prepare(
             question, sources, policy, max_new_tokens, do_sample, temperature, seed,
-            instructions, prompt, constrained, grammar_opts,
+            instructions, prompt, constrained, grammar_opts, evidence=evidence,
         )
         return AnswerStream(self, call)
 
@@ -234,9 +249,12 @@ class CiteGenerator:
         prompt: str | None,
         constrained: bool,
         grammar_opts: dict[str, int | bool],
+        *,
+        evidence: object = None,
     ) -> _Call:
         question = check_question(question)
         normalized = normalize_sources(sources)
+        scorer = resolve_evidence(evidence)  # checked even where it will not act
         policy = Policy.coerce(policy)
         check_decoding(max_new_tokens, do_sample, temperature)
         compiled = (
@@ -261,7 +279,12 @@ class CiteGenerator:
                 "sources, or a smaller max_new_tokens"
             )
         return _Call(
-            normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed, quotes
+            normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed,
+            quotes=quotes,
+            evidence=(
+                (scorer, scorer.bind(question, normalized))
+                if scorer is not None and compiled is not None else None
+            ),
         )
 
     def _run(
@@ -276,6 +299,9 @@ class CiteGenerator:
                 min_quote_chars=call.quotes.min_chars, quotable_chars=call.quotes.quotable_chars,
             )
             processors.append(QuoteLogitsProcessor(guard, self._stop_ids))
+        # Last: it only adds finite values, so whatever the masks removed stays removed.
+        if call.evidence is not None:
+            processors.append(self._evidence_processor(call))
         stopping = StoppingCriteriaList([_Cancelled(cancel)] if cancel is not None else [])
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": call.temperature, "top_k": 0, "top_p": 1.0}
@@ -300,6 +326,12 @@ class CiteGenerator:
             )
         generated = output[0, call.prompt_ids.shape[1]:].tolist()
         return self._answer(call, generated)
+
+    def _evidence_processor(self, call: _Call) -> EvidenceLogitsProcessor:
+        scorer, support = call.evidence  # type: ignore[misc]
+        return EvidenceLogitsProcessor(
+            support, scorer.weight, len(call.sources), IdTokens.of(self._tokenizer_info)
+        )
 
     def _answer(self, call: _Call, generated: list[int]) -> CitedAnswer:
         stopped = bool(generated) and generated[-1] in self._stop_ids
@@ -388,6 +420,7 @@ class _Call:
     temperature: float
     seed: int | None
     quotes: _QuoteSettings | None = None
+    evidence: tuple[Evidence, Support] | None = None
 
 
 @dataclass(frozen=True)

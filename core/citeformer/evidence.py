@@ -1,0 +1,371 @@
+"""Choosing among the source ids the grammar allows by how well each source supports the claim.
+
+The grammar guarantees that a marker names a source that exists; it leaves the choice among
+``[1]``..``[N]`` to the model, and a small model chooses little better than chance. At a step
+where the answer so far ends in an open marker (``[`` or ``[`` plus the first digits of an id),
+``EvidenceLogitsProcessor`` scores every source against the claim being cited (the text since the
+previous marker or sentence end) and adds ``weight * score`` to the logits of the tokens that
+write each id. It runs after the grammar processor and adds finite values only, so a token the
+grammar masked stays masked: evidence decides among valid ids and can never widen the range.
+
+Scorers:
+
+- ``LexicalEvidence``: the share of the claim's content words (IDF-weighted over this call's
+  sources) that occur in each source. No model, a fraction of a millisecond per marker.
+- ``EmbeddingEvidence``: cosine similarity of the claim and each source under all-MiniLM-L6-v2
+  (``citeformer[retrieval]``): one embedding per marker (the sources too at an answer's first),
+  about 30-100 ms per marker on a busy 2-core CPU, and no more precise than lexical there.
+
+Pass one to ``CiteGenerator.generate``/``stream`` as ``evidence=`` (or its name, ``"lexical"`` or
+``"embedding"``); the default is ``"lexical"``; ``evidence=None`` leaves the choice to the model.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor
+
+from citeformer.types import Source
+
+DEFAULT_EVIDENCE = "lexical"
+"""What ``CiteGenerator.generate``/``stream`` use unless told otherwise: on the held-out split of
+the benchmarks it doubled citation precision at well under a millisecond per marker."""
+DEFAULT_LEXICAL_WEIGHT = 8.0
+DEFAULT_EMBEDDING_WEIGHT = 12.0
+
+_WORD = re.compile(r"[^\W_]+")
+# The open marker group at the end of the text: ``[``, ``[1``, ``[1][2``, ``[1] [1``.
+_OPEN_GROUP = re.compile(r"(?:\[\d+\]\s*)*\[(\d*)$")
+# A group whose last marker was just closed: ``[1]``, ``[1][3]``.
+_CLOSED_GROUP = re.compile(r"(?:\[\d+\]\s*)*\[(\d+)\]$")
+# Where the claim being cited starts: after the last marker or sentence terminator.
+_CLAIM_START = re.compile(r".*(?:\]|[.!?](?=\s))", flags=re.DOTALL)
+
+_STOPWORDS = frozenset({
+    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any",
+    "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both",
+    "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few",
+    "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers",
+    "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its",
+    "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "of", "off", "on",
+    "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she",
+    "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves",
+    "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until",
+    "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom",
+    "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "known",
+    "called", "one", "many", "much",
+})
+
+
+def content_words(text: str) -> list[str]:
+    """Lower-cased words of ``text`` without stopwords, a plural ``s`` dropped from long words."""
+    words = []
+    for word in _WORD.findall(text.lower()):
+        if word in _STOPWORDS:
+            continue
+        if len(word) > 4 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        words.append(word)
+    return words
+
+
+def claim_before_marker(text: str) -> str | None:
+    """The claim an open marker at the end of ``text`` cites, or None if no marker is open.
+
+    ``"Paris is in France [1]. It was built in 1889 ["`` gives ``"It was built in 1889"``.
+    """
+    match = _OPEN_GROUP.search(text)
+    return None if match is None else _claim(text[: match.start()])
+
+
+def _claim(head: str) -> str:
+    start = _CLAIM_START.match(head)
+    return head[start.end():].strip() if start else head.strip()
+
+
+class Support:
+    """Scores of every source of one call against a claim; made by ``Evidence.bind``."""
+
+    def scores(self, claim: str) -> list[float]:
+        """One score per source, in source order; only differences between them matter."""
+        raise NotImplementedError
+
+
+class Evidence:
+    """A way to score sources against a claim, and the weight of that score in the logits."""
+
+    name = "evidence"
+
+    def __init__(self, *, weight: float) -> None:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (
+            math.isfinite(weight) and weight > 0
+        ):
+            raise ValueError(f"evidence weight must be a positive finite number, got {weight!r}")
+        self.weight = float(weight)
+
+    def bind(self, question: str, sources: Sequence[Source]) -> Support:
+        """Prepare the scoring of ``sources`` for one call; heavy work waits for a marker."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(weight={self.weight:g})"
+
+
+class LexicalEvidence(Evidence):
+    """IDF-weighted share of the claim's content words found in each source (title included).
+
+    IDF is computed over the call's sources, so a word every source shares ("tower" in five
+    passages about towers) counts for little and the word that tells them apart ("1889") for
+    much. A claim with no content word in any source falls back to the question.
+    """
+
+    name = "lexical"
+
+    def __init__(self, *, weight: float = DEFAULT_LEXICAL_WEIGHT) -> None:
+        super().__init__(weight=weight)
+
+    def bind(self, question: str, sources: Sequence[Source]) -> Support:
+        return _LexicalSupport(question, sources)
+
+
+class _LexicalSupport(Support):
+    def __init__(self, question: str, sources: Sequence[Source]) -> None:
+        self._sources = [
+            set(content_words(f"{s.title or ''} {s.text}")) for s in sources
+        ]
+        counts = Counter(word for words in self._sources for word in words)
+        n = len(sources)
+        self._idf = {word: math.log(1 + n / df) for word, df in counts.items()}
+        self._question = question
+
+    def scores(self, claim: str) -> list[float]:
+        result = self._overlap(claim)
+        if not any(result):
+            result = self._overlap(self._question)
+        return result
+
+    def _overlap(self, text: str) -> list[float]:
+        words = set(content_words(text)) & self._idf.keys()
+        total = sum(self._idf[w] for w in words)
+        if not total:
+            return [0.0] * len(self._sources)
+        return [sum(self._idf[w] for w in words & source) / total for source in self._sources]
+
+
+class EmbeddingEvidence(Evidence):
+    """Cosine similarity of the claim and each source (title and text) under all-MiniLM-L6-v2.
+
+    Needs ``citeformer[retrieval]``. Sources are embedded once per call, at its first marker;
+    each new claim costs one embedding. A claim without a word falls back to the question.
+    """
+
+    name = "embedding"
+
+    def __init__(self, *, weight: float = DEFAULT_EMBEDDING_WEIGHT) -> None:
+        super().__init__(weight=weight)
+
+    def bind(self, question: str, sources: Sequence[Source]) -> Support:
+        return _EmbeddingSupport(question, sources)
+
+
+class _EmbeddingSupport(Support):
+    def __init__(self, question: str, sources: Sequence[Source]) -> None:
+        self._texts = [f"{s.title}: {s.text}" if s.title else s.text for s in sources]
+        self._question = question
+        self._vectors: torch.Tensor | None = None
+
+    def scores(self, claim: str) -> list[float]:
+        from citeformer.embeddings import embed
+
+        if self._vectors is None:
+            self._vectors = torch.tensor(embed(self._texts))
+        query = claim if _WORD.search(claim) else self._question
+        vector = torch.tensor(embed([query])[0])
+        return (self._vectors @ vector).tolist()  # type: ignore[no-any-return]
+
+
+EVIDENCE_NAMES: dict[str, Callable[[], Evidence]] = {
+    "lexical": LexicalEvidence,
+    "embedding": EmbeddingEvidence,
+}
+
+
+def resolve_evidence(value: object) -> Evidence | None:
+    """``None``, an ``Evidence`` or one of the names in ``EVIDENCE_NAMES``; anything else raises."""
+    if value is None:
+        return None
+    if isinstance(value, Evidence):
+        return value
+    if isinstance(value, str):
+        factory = EVIDENCE_NAMES.get(value.strip().lower())
+        if factory is not None:
+            return factory()
+        raise ValueError(
+            f"unknown evidence scorer {value!r}; use one of: {', '.join(EVIDENCE_NAMES)}, "
+            "an Evidence instance, or None to let the model choose alone"
+        )
+    raise TypeError(
+        f"evidence must be None, a name ({', '.join(EVIDENCE_NAMES)}) or an Evidence instance, "
+        f"got {type(value).__name__}"
+    )
+
+
+class IdTokens:
+    """The tokens that can write part of a marker's id: those starting with a digit or ``]``.
+
+    Built once per vocabulary from xgrammar's decoded vocabulary (raw bytes of every token).
+    """
+
+    def __init__(self, decoded_vocab: Sequence[bytes]) -> None:
+        self.vocab = list(decoded_vocab)
+        """Raw bytes of every token, by token id."""
+        ids: list[int] = []
+        digits: list[str] = []
+        closed: list[bool] = []
+        opens: list[bool] = []
+        for token_id, raw in enumerate(decoded_vocab):
+            if not raw or not (raw[:1].isdigit() or raw[:1] == b"]"):
+                continue
+            text = raw.decode("utf-8", errors="replace")
+            lead = re.match(r"\d*", text).group(0)  # type: ignore[union-attr]
+            ids.append(token_id)
+            digits.append(lead)
+            closed.append(len(lead) < len(text))
+            opens.append(re.match(r"\]\s*\[", text[len(lead):]) is not None)
+        self.token_ids = torch.tensor(ids, dtype=torch.long)
+        self.openers = torch.tensor(
+            [i for i, raw in enumerate(decoded_vocab) if raw.lstrip().startswith(b"[")],
+            dtype=torch.long,
+        )
+        """Tokens that open a marker (``[``, `` [``)."""
+        self.digits = digits
+        """Leading digits of each token ("" for a token starting with ``]``)."""
+        self.closed = closed
+        """Whether something follows the digits, so that the token ends the id."""
+        self.opens = opens
+        """Whether the token also opens the next marker of the group (``][``)."""
+
+    # TokenizerInfo is unhashable: keyed by id, with a weak reference to check the id's owner.
+    _cache: dict[int, tuple[weakref.ref[Any], IdTokens]] = {}
+
+    @classmethod
+    def of(cls, tokenizer_info: Any) -> IdTokens:
+        """Cached per ``xgrammar.TokenizerInfo``."""
+        key = id(tokenizer_info)
+        cached = cls._cache.get(key)
+        if cached is None or cached[0]() is not tokenizer_info:
+            cached = (weakref.ref(tokenizer_info), cls(tokenizer_info.decoded_vocab))
+            cls._cache[key] = cached
+        return cached[1]
+
+
+class EvidenceLogitsProcessor(LogitsProcessor):
+    """Adds ``weight * score`` to the logits of id tokens at an open marker; one per ``generate``.
+
+    Place it after the grammar processor. Off a marker, it only appends the last token's bytes to
+    its copy of the answer text. ``timings`` holds the seconds spent scoring at each marker.
+    """
+
+    def __init__(
+        self,
+        support: Support,
+        weight: float,
+        n_sources: int,
+        id_tokens: IdTokens,
+    ) -> None:
+        self._support = support
+        self._weight = weight
+        self._n = n_sources
+        self._id_tokens = id_tokens
+        self._vocab = id_tokens.vocab
+        self._generated = bytearray()
+        self._prompt_length: int | None = None
+        self._claim: str | None = None
+        self._best_by_prefix: dict[str, float] = {}
+        self.timings: list[float] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._prompt_length is None:
+            self._prompt_length = input_ids.shape[1]
+        else:
+            self._generated += self._vocab[int(input_ids[0, -1])]
+        opened = self._generated.rfind(b"[")
+        if opened < 0:
+            return scores
+        closes = self._generated.count(b"]", opened)
+        if closes == 0:
+            text = self._generated.decode("utf-8", errors="replace")
+            match = _OPEN_GROUP.search(text)
+            if match is not None:
+                self._score(_claim(text[: match.start()]))
+                bias = self._bias(match.group(1))
+                if bias is not None:
+                    ids = self._id_tokens.token_ids.to(scores.device)
+                    scores[:, ids] += bias.to(scores.device, scores.dtype)
+        elif closes == 1 and self._generated.endswith(b"]"):
+            # Right after ``[k]``: opening another marker is worth no more than the best source
+            # still allowed after k, so a weaker source is not stacked after a strong one.
+            text = self._generated.decode("utf-8", errors="replace")
+            match = _CLOSED_GROUP.search(text)
+            if match is not None:
+                self._score(_claim(text[: match.start()]))
+                best = self._best_by_prefix
+                penalty = best["=" + match.group(1)] - best.get(">" + match.group(1), 0.0)
+                if penalty > 0:
+                    scores[:, self._id_tokens.openers.to(scores.device)] -= self._weight * penalty
+        return scores
+
+    def _score(self, claim: str) -> None:
+        if claim == self._claim:
+            return
+        started = time.perf_counter()
+        self._claim = claim
+        self._best_by_prefix = self._prefix_scores(self._support.scores(claim))
+        self.timings.append(time.perf_counter() - started)
+
+    def _bias(self, prefix: str) -> torch.Tensor | None:
+        best = self._best_by_prefix
+        values = []
+        tokens = self._id_tokens
+        for digits, closed, opens in zip(tokens.digits, tokens.closed, tokens.opens, strict=True):
+            spelled = prefix + digits
+            if closed:
+                # The token ends the id: only that exact id, if it is one.
+                score = best.get("=" + spelled) if spelled else None
+                if opens and score is not None:
+                    # ``][`` also commits to citing a second, higher id: worth no more than the
+                    # best of those, so a weaker source is not stacked after a strong one.
+                    score = min(score, best.get(">" + spelled, 0.0))
+            else:
+                score = best.get(spelled)
+            values.append(score if score is not None else 0.0)
+        if not any(values):
+            return None
+        return torch.tensor(values) * self._weight
+
+    def _prefix_scores(self, scores: Sequence[float]) -> dict[str, float]:
+        # "12" -> best score of the ids spelled 12...; "=12" -> the score of id 12 itself;
+        # ">12" -> the best score of the ids above 12. Scores are shifted so that the lowest is 0:
+        # only the differences between sources matter.
+        scores = list(scores[: self._n])
+        low = min(scores)
+        best: dict[str, float] = {}
+        above = 0.0
+        for number in range(len(scores), 0, -1):
+            spelled = str(number)
+            shifted = scores[number - 1] - low
+            best["=" + spelled] = shifted
+            best[">" + spelled] = above
+            above = max(above, shifted)
+            for end in range(1, len(spelled) + 1):
+                key = spelled[:end]
+                best[key] = max(best.get(key, 0.0), shifted)
+        return best

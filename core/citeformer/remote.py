@@ -271,6 +271,11 @@ class ServerGenerator:
         normalized = normalize_sources(sources)
         policy = Policy.coerce(policy)
         check_decoding(max_new_tokens, do_sample, temperature)
+        if grammar_opts.pop("evidence", None) is not None:
+            raise InvalidInputError(
+                "evidence= reweights the model's logits, which a serving engine does not expose; "
+                "it works with CiteGenerator only: drop it for a ServerGenerator"
+            )
         options = grammar_options(grammar_opts)
         body: dict[str, Any] = {}
         if self._model is not None:

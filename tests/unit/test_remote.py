@@ -332,7 +332,10 @@ def test_input_is_checked_before_any_request() -> None:
         gen.generate(QUESTION, SOURCES, max_words=3)
     with pytest.raises(TypeError, match="list of Source"):
         gen.generate(QUESTION, "one passage")
+    with pytest.raises(ValueError, match="evidence= .* CiteGenerator only"):
+        gen.generate(QUESTION, SOURCES, evidence="lexical")
     assert server.requests == []
+    gen.request_body(QUESTION, SOURCES, evidence=None)  # the default of CiteGenerator's callers
 
 
 # -- parsing the answer --------------------------------------------------------------------

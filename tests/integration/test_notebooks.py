@@ -88,6 +88,10 @@ def test_notebook_runs_top_to_bottom(path: Path, kernel_dir: Path) -> None:
         client.execute()
     except CellExecutionError as error:
         pytest.fail(f"{path.name} failed:\n{error}")
+    finally:
+        # A kernel manager passed in is not shut down by nbclient: each kernel holds a model.
+        if manager.has_kernel:
+            manager.shutdown_kernel(now=True)
     errors = [
         output
         for cell in notebook.cells

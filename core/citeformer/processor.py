@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import torch
@@ -63,8 +62,6 @@ class QuoteLogitsProcessor(LogitsProcessor):
         self._guard = guard
         self._stop = frozenset(stop_token_ids)
         self._started = False
-        self.mask_seconds: list[float] = []
-        """Time spent computing and applying the quote mask, per step (for benchmarks)."""
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self._started:
@@ -72,7 +69,6 @@ class QuoteLogitsProcessor(LogitsProcessor):
             if token not in self._stop:
                 self._guard.advance(token)
         self._started = True
-        began = time.perf_counter()
         mask = self._guard.mask()
         ids = torch.tensor(mask.ids, dtype=torch.long, device=scores.device)
         if mask.allow:
@@ -81,7 +77,6 @@ class QuoteLogitsProcessor(LogitsProcessor):
             scores.masked_fill_(removed, float("-inf"))
         elif len(mask.ids):
             scores[:, ids] = float("-inf")
-        self.mask_seconds.append(time.perf_counter() - began)
         if not torch.isfinite(scores).any():
             raise GrammarViolationError(
                 "no token satisfies both the citation grammar and the verbatim quote here; "

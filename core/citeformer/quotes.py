@@ -179,19 +179,36 @@ class SuffixAutomaton:
 _BYTE_WEIGHT = {b: 0 if b & 0xC0 == 0x80 else 1 for b in range(256)}
 
 
+class WordAutomaton:
+    """The substring automaton of some segments, read so that quotes are word-bounded.
+
+    Each segment is written between sentinels, so its start and end count as boundaries. Both
+    enforcement forms use it: ``SourceIndex`` over UTF-8 bytes, ``quote_rules`` over characters.
+    """
+
+    def __init__(
+        self, segments: Iterable[Sequence[int]], weight: dict[int, int] | None = None
+    ) -> None:
+        automaton = SuffixAutomaton([_SENTINEL, *segment, _SENTINEL] for segment in segments)
+        self.next = automaton.next
+        self.reach = automaton.reach(weight, skip=_SENTINEL)
+        """Longest continuation out of each state, in characters, never through a sentinel."""
+        self.closable = [any(b in _BOUNDARY for b in t) for t in self.next]
+        """Whether a quote may end at each state: some occurrence is followed by a boundary."""
+        self.starts = tuple(t for b, t in self.next[0].items() if b in _BOUNDARY)
+        """The states after a boundary character: where every quote begins."""
+
+
 class SourceIndex:
     """One source's quotable text and its byte-level automaton, cached per (text, cap)."""
 
     def __init__(self, quotable: QuotableText) -> None:
         self.quotable = quotable
-        sentinel = bytes([_SENTINEL])
-        automaton = SuffixAutomaton(sentinel + s.encode() + sentinel for s in quotable.segments())
+        automaton = WordAutomaton((s.encode() for s in quotable.segments()), _BYTE_WEIGHT)
         self.next = automaton.next
-        self.reach = automaton.reach(_BYTE_WEIGHT, skip=_SENTINEL)
-        self.closable = [any(b in _BOUNDARY for b in t) for t in self.next]
-        """Whether a quote may end at each state: some occurrence is followed by a boundary."""
-        self.starts = tuple(t for b, t in self.next[0].items() if b in _BOUNDARY)
-        """The states after a boundary character: where every quote begins."""
+        self.reach = automaton.reach
+        self.closable = automaton.closable
+        self.starts = automaton.starts
         # First tokens of a quote from this source, per (vocabulary, minimum length): the costliest
         # mask of a quote, computed once per passage.
         self.opening_tokens: dict[tuple[VocabIndex, int], tuple[int, ...]] = {}
@@ -438,6 +455,9 @@ def find_quotes(
     """
     quotes = []
     covered = 0
+    # Only the folded text is needed here, not the automaton: a server's answer must not build
+    # indexes (or fill their cache) just to be located.
+    folded: dict[int, QuotableText] = {}
     for match in _QUOTED.finditer(text):
         if '"' in text[covered:match.start()]:
             break
@@ -447,7 +467,9 @@ def find_quotes(
             raise GrammarViolationError(
                 f"quote {quoted!r} cites [{source_id}], but only {len(sources)} source(s) exist"
             )
-        where = source_index(sources[source_id - 1].text, quotable_chars).quotable.locate(quoted)
+        if source_id not in folded:
+            folded[source_id] = QuotableText.of(sources[source_id - 1].text, quotable_chars)
+        where = folded[source_id].locate(quoted)
         if where is None:
             raise GrammarViolationError(
                 f"quote {quoted!r} does not occur in source {source_id}, which its marker names"
@@ -494,13 +516,8 @@ def quote_rules(
 
 
 def _source_rules(k: int, quotable: QuotableText, min_chars: int) -> list[str]:
-    sentinel = [_SENTINEL]
-    automaton = SuffixAutomaton(
-        sentinel + [ord(c) for c in s] + sentinel for s in quotable.segments()
-    )
-    nxt = automaton.next
-    reach = automaton.reach(skip=_SENTINEL)
-    closable = [any(c in _BOUNDARY for c in t) for t in nxt]
+    automaton = WordAutomaton([ord(c) for c in s] for s in quotable.segments())
+    nxt, reach, closable = automaton.next, automaton.reach, automaton.closable
 
     def read(states: frozenset[int], symbol: int) -> frozenset[int]:
         return frozenset(nxt[s][symbol] for s in states if symbol in nxt[s])
@@ -509,7 +526,7 @@ def _source_rules(k: int, quotable: QuotableText, min_chars: int) -> list[str]:
         return sorted({c for s in states for c in nxt[s]} - {_SENTINEL})
 
     heads: dict[str, frozenset[int]] = {}
-    frontier = [("", frozenset(t for c, t in nxt[0].items() if c in _BOUNDARY))]
+    frontier = [("", frozenset(automaton.starts))]
     while frontier:
         spelled, states = frontier.pop()
         if len(spelled) == min_chars:

@@ -304,10 +304,9 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         return CitationAnswer.from_cited_answer(answer, documents)
 
     async def _agenerate(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
-        generator = self.generator
-        if callable(getattr(generator, "agenerate", None)):
+        if self._served():
             question, documents = read_input(input)
-            answer = await generator.agenerate(
+            answer = await self.generator.agenerate(
                 question, to_sources(documents), **_generation_kwargs(options)
             )
             return CitationAnswer.from_cited_answer(answer, documents)

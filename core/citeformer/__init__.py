@@ -14,16 +14,23 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "AnswerStream": "citeformer.generator",
     "CiteGenerator": "citeformer.generator",
-    "AsyncServerAnswerStream": "citeformer.remote",
-    "ServerAnswerStream": "citeformer.remote",
-    "ServerGenerator": "citeformer.remote",
+    "AsyncServerAnswerStream": "citeformer.server",
+    "ServerAnswerStream": "citeformer.server",
+    "ServerGenerator": "citeformer.server",
+    "GenerationOptions": "citeformer.request",
+    "GenerationRequest": "citeformer.request",
+    "build_request": "citeformer.request",
+    "GrammarOptions": "citeformer.grammar",
     "build_grammar": "citeformer.grammar",
     "MarkerScan": "citeformer.citations",
     "parse_citations": "citeformer.citations",
     "scan_markers": "citeformer.citations",
     "Citation": "citeformer.types",
     "CitedAnswer": "citeformer.types",
+    "AnswerChunks": "citeformer.types",
     "AnswerGenerator": "citeformer.types",
+    "AsyncAnswerChunks": "citeformer.types",
+    "AsyncAnswerGenerator": "citeformer.types",
     "Policy": "citeformer.types",
     "Quote": "citeformer.types",
     "Source": "citeformer.types",
@@ -32,6 +39,7 @@ _EXPORTS = {
     "EmptyQuestionError": "citeformer.errors",
     "EmptySourceError": "citeformer.errors",
     "GrammarViolationError": "citeformer.errors",
+    "InputTypeError": "citeformer.errors",
     "InvalidInputError": "citeformer.errors",
     "ModelLoadError": "citeformer.errors",
     "NoSourcesError": "citeformer.errors",
@@ -44,8 +52,11 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AnswerChunks",
     "AnswerGenerator",
     "AnswerStream",
+    "AsyncAnswerChunks",
+    "AsyncAnswerGenerator",
     "AsyncServerAnswerStream",
     "Citation",
     "CitationOutOfRangeError",
@@ -54,7 +65,11 @@ __all__ = [
     "CiteformerError",
     "EmptyQuestionError",
     "EmptySourceError",
+    "GenerationOptions",
+    "GenerationRequest",
+    "GrammarOptions",
     "GrammarViolationError",
+    "InputTypeError",
     "InvalidInputError",
     "MarkerScan",
     "ModelLoadError",
@@ -71,6 +86,7 @@ __all__ = [
     "Source",
     "TokenizerMismatchError",
     "build_grammar",
+    "build_request",
     "parse_citations",
     "scan_markers",
 ]
@@ -97,6 +113,7 @@ if TYPE_CHECKING:
         EmptyQuestionError,
         EmptySourceError,
         GrammarViolationError,
+        InputTypeError,
         InvalidInputError,
         ModelLoadError,
         NoSourcesError,
@@ -108,6 +125,17 @@ if TYPE_CHECKING:
         TokenizerMismatchError,
     )
     from citeformer.generator import AnswerStream, CiteGenerator
-    from citeformer.grammar import build_grammar
-    from citeformer.remote import AsyncServerAnswerStream, ServerAnswerStream, ServerGenerator
-    from citeformer.types import AnswerGenerator, Citation, CitedAnswer, Policy, Quote, Source
+    from citeformer.grammar import GrammarOptions, build_grammar
+    from citeformer.request import GenerationOptions, GenerationRequest, build_request
+    from citeformer.server import AsyncServerAnswerStream, ServerAnswerStream, ServerGenerator
+    from citeformer.types import (
+        AnswerChunks,
+        AnswerGenerator,
+        AsyncAnswerChunks,
+        AsyncAnswerGenerator,
+        Citation,
+        CitedAnswer,
+        Policy,
+        Quote,
+        Source,
+    )

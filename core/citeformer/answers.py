@@ -1,5 +1,5 @@
-"""What every generator shares: checking a call's arguments, showing an answer while it streams,
-and turning the finished text into a ``CitedAnswer`` whose markers and quotes are re-checked.
+"""What every generator shares once text is produced: showing an answer while it streams, and
+turning the finished text into a ``CitedAnswer`` whose markers and quotes are re-checked.
 
 ``CiteGenerator`` (a local model) and ``ServerGenerator`` (a serving engine) differ only in how
 text is produced; both go through these functions, so an answer means the same from either.
@@ -7,74 +7,13 @@ text is produced; both go through these functions, so an answer means the same f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 
 from citeformer.citations import scan_markers
-from citeformer.errors import (
-    EmptyQuestionError,
-    EmptySourceError,
-    GrammarViolationError,
-    NoSourcesError,
-)
-from citeformer.quotes import DEFAULT_QUOTABLE_CHARS, find_quotes, trim_open_quote
-from citeformer.types import CitedAnswer, FinishReason, Policy, Quote, Source
-
-SourceLike = Source | str
-
-DEFAULT_MAX_NEW_TOKENS = 160
-
-
-def normalize_sources(sources: Sequence[SourceLike]) -> tuple[Source, ...]:
-    """Turn a list of ``Source`` or strings into Sources, rejecting what cannot be cited."""
-    if isinstance(sources, (str, Source)) or not isinstance(sources, Sequence):
-        raise TypeError(
-            f"sources must be a list of Source or str, got {type(sources).__name__}; "
-            "wrap a single passage in a list"
-        )
-    if not sources:
-        raise NoSourcesError(
-            "no sources were given, so there is nothing to cite; retrieve at least one passage"
-        )
-    normalized = []
-    for position, item in enumerate(sources, start=1):
-        source = Source(item) if isinstance(item, str) else item
-        if not isinstance(source, Source):
-            raise TypeError(
-                f"source {position} is a {type(item).__name__}; pass Source objects or strings"
-            )
-        if not isinstance(source.text, str) or not source.text.strip():
-            raise EmptySourceError(
-                f"source {position} ({source.title or 'untitled'}) has empty text; "
-                "drop it before calling, since a marker pointing at it could support nothing"
-            )
-        normalized.append(source)
-    return tuple(normalized)
-
-
-def check_question(question: object) -> str:
-    if not isinstance(question, str):
-        raise EmptyQuestionError(f"the question must be a string, got {type(question).__name__}")
-    if not question.strip():
-        raise EmptyQuestionError(f"the question is empty ({question!r}); ask something")
-    return question
-
-
-def check_decoding(max_new_tokens: object, do_sample: bool, temperature: float) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or (
-        max_new_tokens < 1
-    ):
-        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-    if do_sample and not temperature > 0:
-        raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
-
-
-def quotable_chars(
-    policy: Policy, constrained: bool, options: Mapping[str, int | bool]
-) -> int | None:
-    """How much of each source verbatim quotes may use, or None when quotes are not checked."""
-    if constrained and policy is Policy.QUOTES_ONLY and options.get("verbatim_quotes", True):
-        return int(options.get("quotable_chars", DEFAULT_QUOTABLE_CHARS))
-    return None
+from citeformer.errors import GrammarViolationError
+from citeformer.quotes import find_quotes, trim_open_quote
+from citeformer.request import GenerationRequest
+from citeformer.types import CitedAnswer, FinishReason, Quote
 
 
 def trim_open_marker(text: str) -> str:
@@ -146,17 +85,19 @@ class ChunkTracker:
 
     def rest(self, answer: CitedAnswer) -> str:
         """What the finished answer holds beyond the chunks already shown."""
-        shown = self.emitted
-        return answer.text[len(shown):] if answer.text.startswith(shown) else ""
+        return unshown_text(answer.text, self.emitted)
+
+
+def unshown_text(text: str, shown: str) -> str:
+    """What a finished answer's ``text`` holds beyond the ``shown`` chunks (they are a prefix)."""
+    return text[len(shown):] if text.startswith(shown) else ""
 
 
 def cited_answer(
+    request: GenerationRequest,
     text: str,
-    sources: tuple[Source, ...],
     finish: FinishReason,
     *,
-    constrained: bool,
-    quotable: int | None,
     prompt_tokens: int,
     generated_tokens: int,
     violation: Callable[[str, str], GrammarViolationError] | None = None,
@@ -168,9 +109,10 @@ def cited_answer(
     ``GrammarViolationError``), and a quote that is not verbatim a ``GrammarViolationError``:
     either can only mean that the grammar was not enforced.
     """
-    n = len(sources)
+    n = request.n_sources
+    quotable = request.quotable_chars
     quotes: tuple[Quote, ...] = ()
-    if constrained:
+    if request.constrained:
         if finish == "length":
             text = trim_open_marker(text)
             if quotable is not None:
@@ -179,11 +121,11 @@ def cited_answer(
         if bad:
             raise (violation or _violation(n))(bad[0], text)
         if quotable is not None:
-            quotes = find_quotes(text, sources, quotable_chars=quotable)
+            quotes = find_quotes(text, request.sources, quotable_chars=quotable)
     return CitedAnswer(
         text=text,
         citations=tuple(scan_markers(text, n).citations),
-        sources=sources,
+        sources=request.sources,
         finish_reason=finish,
         prompt_tokens=prompt_tokens,
         generated_tokens=generated_tokens,

@@ -4,6 +4,7 @@ The tree::
 
     CiteformerError
     ├── InvalidInputError (also a ValueError)
+    │   ├── InputTypeError          an argument of the wrong type (also a TypeError)
     │   ├── NoSourcesError          no sources were given
     │   ├── EmptySourceError        a source has no text
     │   ├── EmptyQuestionError      the question is empty or not a string
@@ -27,6 +28,10 @@ class CiteformerError(Exception):
 
 class InvalidInputError(CiteformerError, ValueError):
     """An argument cannot be used as given."""
+
+
+class InputTypeError(InvalidInputError, TypeError):
+    """An argument has the wrong type (a ``TypeError`` too, so ``except TypeError`` catches it)."""
 
 
 class NoSourcesError(InvalidInputError):

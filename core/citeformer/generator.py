@@ -5,48 +5,44 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import xgrammar as xgr
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from citeformer.answers import (
-    DEFAULT_MAX_NEW_TOKENS,
-    ChunkTracker,
-    SourceLike,
-    StreamedAnswer,
-    check_decoding,
-    check_question,
-    cited_answer,
-    normalize_sources,
-    quotable_chars,
-)
+from citeformer.answers import ChunkTracker, StreamedAnswer, cited_answer
 from citeformer.errors import PromptTooLongError, TokenizerMismatchError
-from citeformer.evidence import (
-    DEFAULT_EVIDENCE,
-    Evidence,
+from citeformer.grammar import GrammarOptions, render_grammar
+from citeformer.processor import (
     EvidenceLogitsProcessor,
+    GrammarLogitsProcessor,
     IdTokens,
-    Support,
-    resolve_evidence,
+    QuoteLogitsProcessor,
 )
-from citeformer.grammar import build_grammar, grammar_options
-from citeformer.processor import GrammarLogitsProcessor, QuoteLogitsProcessor
-from citeformer.prompt import build_messages, render_prompt
-from citeformer.quotes import DEFAULT_MIN_QUOTE_CHARS, QuoteGuard, VocabIndex
-from citeformer.types import CitedAnswer, FinishReason, Policy, Source
+from citeformer.prompt import render_prompt
+from citeformer.quotes import QuoteGuard, VocabIndex
+from citeformer.request import GenerationRequest, SourceLike, build_request
+from citeformer.types import CitedAnswer, FinishReason, Policy
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from citeformer.request import GenerationOptions
+
+GRAMMAR_CACHE_SIZE = 64
+"""Compiled grammars kept per generator (least recently used dropped first); one is about 1 MB."""
 
 
 class CiteGenerator:
     """Answers a question from numbered sources; every ``[k]`` it writes has 1 <= k <= len(sources).
 
     One generator holds one model, its ``TokenizerInfo``, one ``GrammarCompiler`` and a cache of
-    compiled grammars keyed by (number of sources, policy, grammar options). Generations on one
-    generator run one at a time.
+    the last ``GRAMMAR_CACHE_SIZE`` compiled grammars, keyed by (number of sources, policy,
+    grammar options). Generations on one generator run one at a time.
 
     Setup::
 
@@ -94,8 +90,9 @@ class CiteGenerator:
             tokenizer, vocab_size=vocab_size, stop_token_ids=self._stop_ids
         )
         self._compiler = xgr.GrammarCompiler(self._tokenizer_info)
-        self._grammars: dict[tuple[int, Policy, tuple[tuple[str, int], ...]], xgr.CompiledGrammar]
-        self._grammars = {}
+        self._grammars: OrderedDict[tuple[int, Policy, GrammarOptions], xgr.CompiledGrammar]
+        self._grammars = OrderedDict()
+        self._grammars_lock = threading.Lock()
         self._vocab: VocabIndex | None = None
         self._lock = threading.Lock()
 
@@ -137,14 +134,22 @@ class CiteGenerator:
         self, n_sources: int, policy: Policy | str = Policy.REQUIRED, **options: int | bool
     ) -> xgr.CompiledGrammar:
         """The compiled grammar for this call shape, compiled once and cached."""
-        policy = Policy.coerce(policy)
-        options = grammar_options(options)
-        key = (n_sources, policy, tuple(sorted(options.items())))
-        compiled = self._grammars.get(key)
-        if compiled is None:
-            grammar = build_grammar(n_sources, policy, **options)  # type: ignore[arg-type]
-            compiled = self._compiler.compile_grammar(grammar)
+        return self._compiled(n_sources, Policy.coerce(policy), GrammarOptions.of(options))
+
+    def _compiled(
+        self, n_sources: int, policy: Policy, options: GrammarOptions
+    ) -> xgr.CompiledGrammar:
+        key = (n_sources, policy, options)
+        with self._grammars_lock:
+            compiled = self._grammars.get(key)
+            if compiled is not None:
+                self._grammars.move_to_end(key)
+                return compiled
+        compiled = self._compiler.compile_grammar(render_grammar(n_sources, policy, options))
+        with self._grammars_lock:
             self._grammars[key] = compiled
+            while len(self._grammars) > GRAMMAR_CACHE_SIZE:
+                self._grammars.popitem(last=False)
         return compiled
 
     def prompt(
@@ -156,167 +161,138 @@ class CiteGenerator:
         instructions: str | None = None,
     ) -> str:
         """The exact prompt text the model sees for these arguments."""
-        return render_prompt(
-            build_messages(
-                check_question(question), normalize_sources(sources),
-                Policy.coerce(policy), instructions,
-            ),
-            self.tokenizer,
-        )
+        request = build_request(question, sources, policy, instructions=instructions)
+        return render_prompt(request.messages(), self.tokenizer)
 
     def generate(
         self,
         question: str,
         sources: Sequence[SourceLike],
         policy: Policy | str = Policy.REQUIRED,
-        *,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        seed: int | None = None,
-        instructions: str | None = None,
-        prompt: str | None = None,
-        constrained: bool = True,
-        evidence: Evidence | str | None = DEFAULT_EVIDENCE,
-        **grammar_opts: int | bool,
+        **options: Unpack[GenerationOptions],
     ) -> CitedAnswer:
         """Answer ``question`` from ``sources``; markers are ``[k]`` with k in 1..len(sources).
 
-        ``sources`` is a list of ``Source`` or plain strings. ``instructions`` replaces the system
-        instructions of the policy; ``prompt`` replaces the whole prompt with text you rendered
-        yourself (it must number the sources as the markers do; ``question`` is then only
-        checked). The grammar still allows only ``[1]``..``[len(sources)]``.
+        ``sources`` is a list of ``Source`` or plain strings. The options (``max_new_tokens``,
+        ``do_sample``, ``temperature``, ``seed``, ``instructions``, ``prompt``, ``constrained``,
+        ``evidence`` and the grammar options) are those of ``citeformer.GenerationOptions``;
+        they are checked by ``build_request`` before anything runs.
 
-        ``constrained=False`` drops the grammar, for comparisons only: the answer may then name
-        sources that do not exist; its ``citations`` keep the markers in range, and
-        ``scan_markers`` on its text counts the rest.
+        ``prompt`` replaces the whole prompt with text you rendered yourself (it must number the
+        sources as the markers do). ``constrained=False`` drops the grammar, for comparisons
+        only: the answer may then name sources that do not exist; its ``citations`` keep the
+        markers in range, and ``scan_markers`` on its text counts the rest.
 
         Under ``QUOTES_ONLY`` every quote is verbatim: ``"text" [k]`` where source k contains
         ``text`` (white space runs in the source match one space); ``answer.quotes`` locates
-        each. Grammar options ``min_quote_chars`` (default 1) and ``quotable_chars`` (how much of
-        each source, default 2000 characters) shape them; ``verbatim_quotes=False`` lets quotes
-        hold any text.
-
-        ``evidence`` chooses among the ids the grammar allows by how well each source supports
-        the claim being cited: ``"lexical"`` (the default), ``"embedding"`` or an ``Evidence``
-        from ``citeformer.evidence``; ``None`` leaves the choice to the model. It acts with the
-        grammar only: under ``constrained=False`` the model chooses alone.
+        each. ``evidence`` chooses among the ids the grammar allows by how well each source
+        supports the claim being cited (``"lexical"`` by default); it acts with the grammar only.
         """
-        call = self._prepare(
-            question, sources, policy, max_new_tokens, do_sample, temperature, seed,
-            instructions, prompt, constrained, grammar_opts, evidence=evidence,
-        )
-        with self._lock:
-            return self._run(call, streamer=None, cancel=None)
+        return self.answer(build_request(question, sources, policy, **options))
 
     def stream(
         self,
         question: str,
         sources: Sequence[SourceLike],
         policy: Policy | str = Policy.REQUIRED,
-        *,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        seed: int | None = None,
-        instructions: str | None = None,
-        prompt: str | None = None,
-        constrained: bool = True,
-        evidence: Evidence | str | None = DEFAULT_EVIDENCE,
-        **grammar_opts: int | bool,
+        **options: Unpack[GenerationOptions],
     ) -> AnswerStream:
         """Like ``generate``, but returns an iterator of text chunks as tokens are generated.
 
         A marker is held back until its ``]`` arrives, so no chunk ends inside ``[12``; the chunks
         join to ``stream.answer.text``. Arguments are checked before this returns.
         """
-        call = self._prepare(
-            question, sources, policy, max_new_tokens, do_sample, temperature, seed,
-            instructions, prompt, constrained, grammar_opts, evidence=evidence,
-        )
-        return AnswerStream(self, call)
+        return self.answer_stream(build_request(question, sources, policy, **options))
 
-    def _prepare(
-        self,
-        question: str,
-        sources: Sequence[SourceLike],
-        policy: Policy | str,
-        max_new_tokens: int,
-        do_sample: bool,
-        temperature: float,
-        seed: int | None,
-        instructions: str | None,
-        prompt: str | None,
-        constrained: bool,
-        grammar_opts: dict[str, int | bool],
-        *,
-        evidence: object = None,
-    ) -> _Call:
-        question = check_question(question)
-        normalized = normalize_sources(sources)
-        scorer = resolve_evidence(evidence)  # checked even where it will not act
-        policy = Policy.coerce(policy)
-        check_decoding(max_new_tokens, do_sample, temperature)
-        compiled = (
-            self.compiled_grammar(len(normalized), policy, **grammar_opts) if constrained else None
+    def answer(self, request: GenerationRequest) -> CitedAnswer:
+        """The answer to a checked request (what ``generate`` runs)."""
+        return self._decoder(request)(None, None)
+
+    def answer_stream(self, request: GenerationRequest) -> AnswerStream:
+        """A stream of the answer to a checked request (what ``stream`` returns)."""
+        return AnswerStream(
+            self._decoder(request), self.decode, quotes=request.quotable_chars is not None
         )
-        quotes = None
-        quotable = quotable_chars(policy, constrained, grammar_opts)
-        if quotable is not None:
-            quotes = _QuoteSettings(
-                int(grammar_opts.get("min_quote_chars", DEFAULT_MIN_QUOTE_CHARS)), quotable
-            )
+
+    def _decoder(self, request: GenerationRequest) -> _Decode:
+        """Prepare one request (prompt ids, compiled grammar) and return what decodes it."""
+        prompt = request.prompt
         if prompt is None:
-            prompt = render_prompt(
-                build_messages(question, normalized, policy, instructions), self.tokenizer
-            )
+            prompt = render_prompt(request.messages(), self.tokenizer)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
-        limit = self.context_length
-        if limit is not None and prompt_ids.shape[1] + max_new_tokens > limit:
-            raise PromptTooLongError(
-                f"the prompt is {prompt_ids.shape[1]} tokens and max_new_tokens is "
-                f"{max_new_tokens}, but the model's context holds {limit}; pass fewer or shorter "
-                "sources, or a smaller max_new_tokens"
-            )
-        return _Call(
-            normalized, prompt_ids, compiled, max_new_tokens, do_sample, temperature, seed,
-            quotes=quotes,
-            evidence=(
-                (scorer, scorer.bind(question, normalized))
-                if scorer is not None and compiled is not None else None
-            ),
+        self._check_fits(request, int(prompt_ids.shape[1]))
+        compiled = (
+            self._compiled(request.n_sources, request.policy, request.grammar)
+            if request.constrained else None
         )
 
-    def _run(
-        self, call: _Call, streamer: BaseStreamer | None, cancel: threading.Event | None
-    ) -> CitedAnswer:
-        processors = LogitsProcessorList()
-        if call.compiled is not None:
-            processors.append(GrammarLogitsProcessor(call.compiled))
-        if call.quotes is not None:
-            guard = QuoteGuard(
-                call.sources, self.vocab_index,
-                min_quote_chars=call.quotes.min_chars, quotable_chars=call.quotes.quotable_chars,
+        def decode(streamer: BaseStreamer | None, cancel: threading.Event | None) -> CitedAnswer:
+            with self._lock:
+                generated = self._generate_ids(request, prompt_ids, compiled, streamer, cancel)
+            stopped = bool(generated) and generated[-1] in self._stop_ids
+            finish: FinishReason = "stop" if stopped else "length"
+            return cited_answer(
+                request, self.decode(generated), finish,
+                prompt_tokens=int(prompt_ids.shape[1]), generated_tokens=len(generated),
             )
-            processors.append(QuoteLogitsProcessor(guard, self._stop_ids))
-        # Last: it only adds finite values, so whatever the masks removed stays removed.
-        if call.evidence is not None:
-            processors.append(self._evidence_processor(call))
+
+        return decode
+
+    def _check_fits(self, request: GenerationRequest, prompt_tokens: int) -> None:
+        limit = self.context_length
+        if limit is None or prompt_tokens + request.max_new_tokens <= limit:
+            return
+        question_tokens = len(self.tokenizer(request.question, add_special_tokens=False).input_ids)
+        if question_tokens + request.max_new_tokens > limit // 2:
+            advice = "shorten the question, or lower max_new_tokens"
+        else:
+            advice = "pass fewer or shorter sources, or a smaller max_new_tokens"
+        raise PromptTooLongError(
+            f"the prompt is {prompt_tokens} tokens (the question {question_tokens}) and "
+            f"max_new_tokens is {request.max_new_tokens}, but the model's context holds "
+            f"{limit}; {advice}"
+        )
+
+    def _generate_ids(
+        self,
+        request: GenerationRequest,
+        prompt_ids: torch.Tensor,
+        compiled: xgr.CompiledGrammar | None,
+        streamer: BaseStreamer | None,
+        cancel: threading.Event | None,
+    ) -> list[int]:
+        processors = LogitsProcessorList()
+        if compiled is not None:
+            processors.append(GrammarLogitsProcessor(compiled))
+            if request.quotable_chars is not None:
+                guard = QuoteGuard(
+                    request.sources, self.vocab_index,
+                    min_quote_chars=request.grammar.min_quote_chars,
+                    quotable_chars=request.quotable_chars,
+                )
+                processors.append(QuoteLogitsProcessor(guard, self._stop_ids))
+            # Last: it only adds finite values, so whatever the masks removed stays removed.
+            if request.evidence is not None:
+                processors.append(EvidenceLogitsProcessor(
+                    request.evidence.bind(request.question, request.sources),
+                    request.evidence.weight, request.n_sources,
+                    IdTokens.of(self._tokenizer_info),
+                ))
         stopping = StoppingCriteriaList([_Cancelled(cancel)] if cancel is not None else [])
         sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": call.temperature, "top_k": 0, "top_p": 1.0}
-            if call.do_sample
+            {"do_sample": True, "temperature": request.temperature, "top_k": 0, "top_p": 1.0}
+            if request.do_sample
             else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
         )
-        seeded = call.seed is not None
+        seeded = request.seed is not None
         rng = torch.random.fork_rng(devices=[]) if seeded else contextlib.nullcontext()
         with rng, torch.inference_mode():
-            if call.seed is not None:
-                torch.manual_seed(call.seed)
+            if request.seed is not None:
+                torch.manual_seed(request.seed)
             output = self.model.generate(
-                input_ids=call.prompt_ids.to(self.model.device),
-                attention_mask=torch.ones_like(call.prompt_ids).to(self.model.device),
-                max_new_tokens=call.max_new_tokens,
+                input_ids=prompt_ids.to(self.model.device),
+                attention_mask=torch.ones_like(prompt_ids).to(self.model.device),
+                max_new_tokens=request.max_new_tokens,
                 logits_processor=processors,
                 stopping_criteria=stopping,
                 eos_token_id=self._stop_ids,
@@ -324,24 +300,7 @@ class CiteGenerator:
                 streamer=streamer,
                 **sampling,
             )
-        generated = output[0, call.prompt_ids.shape[1]:].tolist()
-        return self._answer(call, generated)
-
-    def _evidence_processor(self, call: _Call) -> EvidenceLogitsProcessor:
-        scorer, support = call.evidence  # type: ignore[misc]
-        return EvidenceLogitsProcessor(
-            support, scorer.weight, len(call.sources), IdTokens.of(self._tokenizer_info)
-        )
-
-    def _answer(self, call: _Call, generated: list[int]) -> CitedAnswer:
-        stopped = bool(generated) and generated[-1] in self._stop_ids
-        finish: FinishReason = "stop" if stopped else "length"
-        return cited_answer(
-            self.decode(generated), call.sources, finish,
-            constrained=call.compiled is not None,
-            quotable=call.quotes.quotable_chars if call.quotes is not None else None,
-            prompt_tokens=int(call.prompt_ids.shape[1]), generated_tokens=len(generated),
-        )
+        return output[0, prompt_ids.shape[1]:].tolist()  # type: ignore[no-any-return]
 
     @property
     def vocab_index(self) -> VocabIndex:
@@ -364,10 +323,13 @@ class AnswerStream(StreamedAnswer):
     Generation runs in a background thread that is stopped if the loop is left early.
     """
 
-    def __init__(self, generator: CiteGenerator, call: _Call) -> None:
+    def __init__(
+        self, decode: _Decode, detokenize: Callable[[Sequence[int]], str], *, quotes: bool
+    ) -> None:
         super().__init__()
-        self._generator = generator
-        self._call = call
+        self._decode = decode
+        self._detokenize = detokenize
+        self._quotes = quotes
 
     def __iter__(self) -> Iterator[str]:
         self._start()
@@ -380,10 +342,7 @@ class AnswerStream(StreamedAnswer):
 
         def work() -> None:
             try:
-                with self._generator._lock:
-                    outcome["answer"] = self._generator._run(
-                        self._call, _QueueStreamer(tokens), cancel
-                    )
+                outcome["answer"] = self._decode(_QueueStreamer(tokens), cancel)
             except BaseException as error:  # re-raised in the consuming thread
                 outcome["error"] = error
             finally:
@@ -392,11 +351,11 @@ class AnswerStream(StreamedAnswer):
         worker = threading.Thread(target=work, name="citeformer-generate", daemon=True)
         worker.start()
         generated: list[int] = []
-        shown = ChunkTracker(quotes=self._call.quotes is not None)
+        shown = ChunkTracker(quotes=self._quotes)
         try:
             while (token := tokens.get()) is not None:
                 generated.append(token)
-                if chunk := shown.update(self._generator.decode(generated)):
+                if chunk := shown.update(self._detokenize(generated)):
                     yield chunk
             worker.join()
             if "error" in outcome:
@@ -410,23 +369,8 @@ class AnswerStream(StreamedAnswer):
             worker.join()
 
 
-@dataclass(frozen=True)
-class _Call:
-    sources: tuple[Source, ...]
-    prompt_ids: torch.Tensor
-    compiled: xgr.CompiledGrammar | None
-    max_new_tokens: int
-    do_sample: bool
-    temperature: float
-    seed: int | None
-    quotes: _QuoteSettings | None = None
-    evidence: tuple[Evidence, Support] | None = None
-
-
-@dataclass(frozen=True)
-class _QuoteSettings:
-    min_chars: int
-    quotable_chars: int
+_Decode = Callable[[BaseStreamer | None, threading.Event | None], CitedAnswer]
+"""Decodes one prepared request: (streamer or None, cancel event or None) -> the answer."""
 
 
 class _QueueStreamer(BaseStreamer):

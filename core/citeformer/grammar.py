@@ -11,7 +11,9 @@ so no marker of another shape (``[7]`` for N=3, ``[1, 2]``, ``[a]``) can appear 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 
+from citeformer.errors import InputTypeError, InvalidInputError
 from citeformer.quotes import DEFAULT_MIN_QUOTE_CHARS, DEFAULT_QUOTABLE_CHARS, quote_rules
 from citeformer.types import Policy, Source
 
@@ -20,93 +22,116 @@ DEFAULT_MAX_SENTENCE_WORDS = 24
 DEFAULT_MAX_WORD_CHARS = 32
 DEFAULT_MAX_QUOTE_CHARS = 300
 
-_OPTION_NAMES = (
-    "max_group", "max_sentence_words", "max_word_chars", "max_quote_chars",
-    "min_quote_chars", "quotable_chars", "verbatim_quotes",
-)
+@dataclass(frozen=True)
+class GrammarOptions:
+    """The options that shape a citation grammar, checked; every field has its default."""
+
+    max_group: int = DEFAULT_MAX_GROUP
+    """Most markers in one cite-group (``[1][2][3]`` is 3)."""
+
+    max_sentence_words: int = DEFAULT_MAX_SENTENCE_WORDS
+    """REQUIRED only: words before a sentence must cite and end. It bounds a sentence at a word
+    boundary, so a model that never chooses to cite is made to."""
+
+    max_word_chars: int = DEFAULT_MAX_WORD_CHARS
+    """REQUIRED only: longest run of non-space characters in a word."""
+
+    max_quote_chars: int = DEFAULT_MAX_QUOTE_CHARS
+    """QUOTES_ONLY only: longest quoted span before its closing quote."""
+
+    min_quote_chars: int = DEFAULT_MIN_QUOTE_CHARS
+    """Verbatim quotes only: shortest quote."""
+
+    quotable_chars: int = DEFAULT_QUOTABLE_CHARS
+    """Verbatim quotes only: how much of each source (white space folded) a quote may use."""
+
+    verbatim_quotes: bool = True
+    """QUOTES_ONLY only: ``False`` lets quotes hold any text."""
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if spec.name == "verbatim_quotes":
+                if not isinstance(value, bool):
+                    raise InputTypeError(f"verbatim_quotes must be True or False, got {value!r}")
+            else:
+                _check_positive(spec.name, value)
+        if self.min_quote_chars > self.max_quote_chars:
+            raise InvalidInputError(
+                f"min_quote_chars ({self.min_quote_chars}) is larger than max_quote_chars "
+                f"({self.max_quote_chars}), so no quote could be written; lower min_quote_chars "
+                "or raise max_quote_chars"
+            )
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names, as keyword arguments of ``build_grammar`` and ``generate``."""
+        return tuple(spec.name for spec in fields(cls))
+
+    @classmethod
+    def of(cls, options: Mapping[str, object]) -> GrammarOptions:
+        """Options from keyword arguments; an unknown name raises, naming the valid ones."""
+        unknown = sorted(set(options) - set(cls.names()))
+        if unknown:
+            raise InputTypeError(
+                f"unknown grammar option(s) {unknown}; valid options: {', '.join(cls.names())}"
+            )
+        return cls(**options)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, int | bool]:
+        """The options as keyword arguments."""
+        return {spec.name: getattr(self, spec.name) for spec in fields(self)}
 
 
 def build_grammar(
     n_sources: int,
     policy: Policy | str = Policy.REQUIRED,
     *,
-    max_group: int = DEFAULT_MAX_GROUP,
-    max_sentence_words: int = DEFAULT_MAX_SENTENCE_WORDS,
-    max_word_chars: int = DEFAULT_MAX_WORD_CHARS,
-    max_quote_chars: int = DEFAULT_MAX_QUOTE_CHARS,
     quote_sources: Sequence[Source | str] | None = None,
-    verbatim_quotes: bool = True,
-    min_quote_chars: int = DEFAULT_MIN_QUOTE_CHARS,
-    quotable_chars: int = DEFAULT_QUOTABLE_CHARS,
+    **options: int | bool,
 ) -> str:
     """Return the GBNF grammar (root rule ``root``) for answers citing ``n_sources`` sources.
 
-    Options:
-        max_group: most markers in one cite-group (``[1][2][3]`` is 3).
-        max_sentence_words: REQUIRED only; words before a sentence must cite and end. It bounds
-            a sentence at a word boundary, so a model that never chooses to cite is made to.
-        max_word_chars: REQUIRED only; longest run of non-space characters in a word.
-        max_quote_chars: QUOTES_ONLY only; longest quoted span before its closing quote.
-        quote_sources: QUOTES_ONLY only; the sources' texts. With ``verbatim_quotes`` (default)
-            a quote can then only be ``"text" [k]`` with ``text`` a substring of source k, written
-            out as rules (for engines that take a grammar as text; local generation enforces the
-            same automaton with ``citeformer.quotes.QuoteGuard`` instead, which builds faster).
-            Without them, quotes are bounded in shape only.
-        verbatim_quotes: QUOTES_ONLY only; ``False`` lets quotes hold any text.
-        min_quote_chars: verbatim quotes only; shortest quote.
-        quotable_chars: verbatim quotes only; how much of each source (white space folded) a
-            quote may come from.
+    ``options`` are the fields of ``GrammarOptions`` (``max_group``, ``max_sentence_words``,
+    ``max_word_chars``, ``max_quote_chars``, ``min_quote_chars``, ``quotable_chars``,
+    ``verbatim_quotes``). ``quote_sources``: QUOTES_ONLY only, the sources' texts. With
+    ``verbatim_quotes`` (default) a quote can then only be ``"text" [k]`` with ``text`` a
+    substring of source k, written out as rules (for engines that take a grammar as text; local
+    generation enforces the same automaton with ``citeformer.quotes.QuoteGuard`` instead, which
+    builds faster). Without them, quotes are bounded in shape only.
     """
-    policy = Policy.coerce(policy)
-    _check_positive("n_sources", n_sources)
-    grammar_options({
-        "max_group": max_group, "max_sentence_words": max_sentence_words,
-        "max_word_chars": max_word_chars, "max_quote_chars": max_quote_chars,
-        "verbatim_quotes": verbatim_quotes, "min_quote_chars": min_quote_chars,
-        "quotable_chars": quotable_chars,
-    })
+    sources = None
+    if quote_sources is not None:
+        sources = tuple(Source(s) if isinstance(s, str) else s for s in quote_sources)
+    return render_grammar(n_sources, Policy.coerce(policy), GrammarOptions.of(options), sources)
 
+
+def render_grammar(
+    n_sources: int,
+    policy: Policy,
+    options: GrammarOptions,
+    quote_sources: Sequence[Source] | None = None,
+) -> str:
+    """``build_grammar`` for arguments already checked (a ``GenerationRequest``'s)."""
+    _check_positive("n_sources", n_sources)
     if policy is Policy.REQUIRED:
-        body = _required_body(max_sentence_words, max_word_chars)
-    elif policy is Policy.QUOTES_ONLY and verbatim_quotes and quote_sources is not None:
+        body = _required_body(options.max_sentence_words, options.max_word_chars)
+    elif policy is Policy.QUOTES_ONLY and options.verbatim_quotes and quote_sources is not None:
         if len(quote_sources) != n_sources:
-            raise ValueError(
+            raise InvalidInputError(
                 f"quote_sources holds {len(quote_sources)} texts but n_sources is {n_sources}; "
                 "pass the texts of exactly the sources the markers number"
             )
-        sources = [Source(s) if isinstance(s, str) else s for s in quote_sources]
         ids, rules = quote_rules(
-            sources, min_quote_chars=min_quote_chars, quotable_chars=quotable_chars
+            quote_sources, min_quote_chars=options.min_quote_chars,
+            quotable_chars=options.quotable_chars,
         )
         body = _verbatim_quotes_body(ids, rules)
     elif policy is Policy.QUOTES_ONLY:
-        body = _quotes_only_body(max_quote_chars)
+        body = _quotes_only_body(options.max_quote_chars)
     else:
         body = _auto_body()
-    return f"{body}\n{_cite_group_rules(n_sources, max_group)}"
-
-
-def grammar_options(options: Mapping[str, object]) -> dict[str, int | bool]:
-    """Validate keyword options meant for ``build_grammar`` and return them as a dict."""
-    unknown = sorted(set(options) - set(_OPTION_NAMES))
-    if unknown:
-        raise TypeError(
-            f"unknown grammar option(s) {unknown}; valid options: {', '.join(_OPTION_NAMES)}"
-        )
-    for name, value in options.items():
-        if name == "verbatim_quotes":
-            if not isinstance(value, bool):
-                raise ValueError(f"verbatim_quotes must be True or False, got {value!r}")
-        else:
-            _check_positive(name, value)
-    shortest = options.get("min_quote_chars", DEFAULT_MIN_QUOTE_CHARS)
-    longest = options.get("max_quote_chars", DEFAULT_MAX_QUOTE_CHARS)
-    if shortest > longest:  # type: ignore[operator]
-        raise ValueError(
-            f"min_quote_chars ({shortest}) is larger than max_quote_chars ({longest}), so no "
-            "quote could be written; lower min_quote_chars or raise max_quote_chars"
-        )
-    return dict(options)  # type: ignore[arg-type]
+    return f"{body}\n{_cite_group_rules(n_sources, options.max_group)}"
 
 
 def _required_body(max_words: int, max_word_chars: int) -> str:
@@ -217,4 +242,4 @@ def _cite_group_rules(n: int, max_group: int) -> str:
 
 def _check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+        raise InvalidInputError(f"{name} must be a positive int, got {value!r}")

@@ -1,14 +1,20 @@
-"""Transformers logits processors: the citation grammar's mask and the verbatim quotes' mask."""
+"""Transformers logits processors: the citation grammar's mask, the verbatim quotes' mask and the
+evidence bias among valid ids."""
 
 from __future__ import annotations
 
+import re
+import time
+import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import xgrammar as xgr
 from transformers import LogitsProcessor
 
 from citeformer.errors import GrammarViolationError
+from citeformer.evidence import CLOSED_GROUP, OPEN_GROUP, Support, claim_of
 from citeformer.quotes import QuoteGuard
 
 
@@ -83,3 +89,156 @@ class QuoteLogitsProcessor(LogitsProcessor):
                 f"answer state {self._guard.state[0]!r}"
             )
         return scores
+
+
+class IdTokens:
+    """The tokens that can write part of a marker's id: those starting with a digit or ``]``.
+
+    Built once per vocabulary from xgrammar's decoded vocabulary (raw bytes of every token).
+    """
+
+    def __init__(self, decoded_vocab: Sequence[bytes]) -> None:
+        self.vocab = list(decoded_vocab)
+        """Raw bytes of every token, by token id."""
+        ids: list[int] = []
+        digits: list[str] = []
+        closed: list[bool] = []
+        opens: list[bool] = []
+        for token_id, raw in enumerate(decoded_vocab):
+            if not raw or not (raw[:1].isdigit() or raw[:1] == b"]"):
+                continue
+            text = raw.decode("utf-8", errors="replace")
+            lead = re.match(r"\d*", text).group(0)  # type: ignore[union-attr]
+            ids.append(token_id)
+            digits.append(lead)
+            closed.append(len(lead) < len(text))
+            opens.append(re.match(r"\]\s*\[", text[len(lead):]) is not None)
+        self.token_ids = torch.tensor(ids, dtype=torch.long)
+        self.openers = torch.tensor(
+            [i for i, raw in enumerate(decoded_vocab) if raw.lstrip().startswith(b"[")],
+            dtype=torch.long,
+        )
+        """Tokens that open a marker (``[``, `` [``)."""
+        self.digits = digits
+        """Leading digits of each token ("" for a token starting with ``]``)."""
+        self.closed = closed
+        """Whether something follows the digits, so that the token ends the id."""
+        self.opens = opens
+        """Whether the token also opens the next marker of the group (``][``)."""
+
+    # TokenizerInfo is unhashable: keyed by id, with a weak reference to check the id's owner.
+    _cache: dict[int, tuple[weakref.ref[Any], IdTokens]] = {}
+
+    @classmethod
+    def of(cls, tokenizer_info: Any) -> IdTokens:
+        """Cached per ``xgrammar.TokenizerInfo``."""
+        key = id(tokenizer_info)
+        cached = cls._cache.get(key)
+        if cached is None or cached[0]() is not tokenizer_info:
+            cached = (weakref.ref(tokenizer_info), cls(tokenizer_info.decoded_vocab))
+            cls._cache[key] = cached
+        return cached[1]
+
+
+class EvidenceLogitsProcessor(LogitsProcessor):
+    """Adds ``weight * score`` to the logits of id tokens at an open marker; one per ``generate``.
+
+    Place it after the grammar processor. Off a marker, it only appends the last token's bytes to
+    its copy of the answer text. ``timings`` holds the seconds spent scoring at each marker.
+    """
+
+    def __init__(
+        self,
+        support: Support,
+        weight: float,
+        n_sources: int,
+        id_tokens: IdTokens,
+    ) -> None:
+        self._support = support
+        self._weight = weight
+        self._n = n_sources
+        self._id_tokens = id_tokens
+        self._vocab = id_tokens.vocab
+        self._generated = bytearray()
+        self._prompt_length: int | None = None
+        self._claim: str | None = None
+        self._best_by_prefix: dict[str, float] = {}
+        self.timings: list[float] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._prompt_length is None:
+            self._prompt_length = input_ids.shape[1]
+        else:
+            self._generated += self._vocab[int(input_ids[0, -1])]
+        opened = self._generated.rfind(b"[")
+        if opened < 0:
+            return scores
+        closes = self._generated.count(b"]", opened)
+        if closes == 0:
+            text = self._generated.decode("utf-8", errors="replace")
+            match = OPEN_GROUP.search(text)
+            if match is not None:
+                self._score(claim_of(text[: match.start()]))
+                bias = self._bias(match.group(1))
+                if bias is not None:
+                    ids = self._id_tokens.token_ids.to(scores.device)
+                    scores[:, ids] += bias.to(scores.device, scores.dtype)
+        elif closes == 1 and self._generated.endswith(b"]"):
+            # Right after ``[k]``: opening another marker is worth no more than the best source
+            # still allowed after k, so a weaker source is not stacked after a strong one.
+            text = self._generated.decode("utf-8", errors="replace")
+            match = CLOSED_GROUP.search(text)
+            if match is not None:
+                self._score(claim_of(text[: match.start()]))
+                best = self._best_by_prefix
+                penalty = best["=" + match.group(1)] - best.get(">" + match.group(1), 0.0)
+                if penalty > 0:
+                    scores[:, self._id_tokens.openers.to(scores.device)] -= self._weight * penalty
+        return scores
+
+    def _score(self, claim: str) -> None:
+        if claim == self._claim:
+            return
+        started = time.perf_counter()
+        self._claim = claim
+        self._best_by_prefix = self._prefix_scores(self._support.scores(claim))
+        self.timings.append(time.perf_counter() - started)
+
+    def _bias(self, prefix: str) -> torch.Tensor | None:
+        best = self._best_by_prefix
+        values = []
+        tokens = self._id_tokens
+        for digits, closed, opens in zip(tokens.digits, tokens.closed, tokens.opens, strict=True):
+            spelled = prefix + digits
+            if closed:
+                # The token ends the id: only that exact id, if it is one.
+                score = best.get("=" + spelled) if spelled else None
+                if opens and score is not None:
+                    # ``][`` also commits to citing a second, higher id: worth no more than the
+                    # best of those, so a weaker source is not stacked after a strong one.
+                    score = min(score, best.get(">" + spelled, 0.0))
+            else:
+                score = best.get(spelled)
+            values.append(score if score is not None else 0.0)
+        if not any(values):
+            return None
+        return torch.tensor(values) * self._weight
+
+    def _prefix_scores(self, scores: Sequence[float]) -> dict[str, float]:
+        # "12" -> best score of the ids spelled 12...; "=12" -> the score of id 12 itself;
+        # ">12" -> the best score of the ids above 12. Scores are shifted so that the lowest is 0:
+        # only the differences between sources matter.
+        scores = list(scores[: self._n])
+        low = min(scores)
+        best: dict[str, float] = {}
+        above = 0.0
+        for number in range(len(scores), 0, -1):
+            spelled = str(number)
+            shifted = scores[number - 1] - low
+            best["=" + spelled] = shifted
+            best[">" + spelled] = above
+            above = max(above, shifted)
+            for end in range(1, len(spelled) + 1):
+                key = spelled[:end]
+                best[key] = max(best.get(key, 0.0), shifted)
+        return best

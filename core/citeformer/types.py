@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from citeformer.request import GenerationRequest
 
 
 class Policy(str, enum.Enum):
@@ -30,8 +33,10 @@ class Policy(str, enum.Enum):
             for policy in cls:
                 if key in (policy.value, policy.name.lower()):
                     return policy
+        from citeformer.errors import InvalidInputError
+
         choices = ", ".join(p.value for p in cls)
-        raise ValueError(f"unknown citation policy {value!r}; use one of: {choices}")
+        raise InvalidInputError(f"unknown citation policy {value!r}; use one of: {choices}")
 
 
 @dataclass(frozen=True)
@@ -151,26 +156,60 @@ class CitedAnswer:
         }
 
 
+class AnswerChunks(Protocol):
+    """A stream of one answer: iterate its text chunks once, then read ``answer``."""
+
+    def __iter__(self) -> Iterator[str]:
+        """The text chunks, which join to ``answer.text``."""
+        ...
+
+    @property
+    def answer(self) -> CitedAnswer:
+        """The finished answer, once iteration has ended."""
+        ...
+
+
+class AsyncAnswerChunks(Protocol):
+    """An async stream of one answer: ``async for`` its chunks once, then read ``answer``."""
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        """The text chunks, which join to ``answer.text``."""
+        ...
+
+    @property
+    def answer(self) -> CitedAnswer:
+        """The finished answer, once iteration has ended."""
+        ...
+
+
 @runtime_checkable
 class AnswerGenerator(Protocol):
     """What the framework wrappers and the command line need of a generator.
 
-    ``CiteGenerator`` (a model in this process) and ``ServerGenerator`` (a model behind a serving
-    engine) both have it. ``stream`` returns an iterable of text chunks whose ``answer``
-    attribute holds the ``CitedAnswer`` once iteration has ended. Optional: ``context_length``
-    (tokens the model accepts, or ``None``), read by the LlamaIndex wrapper. A generator that has
-    ``agenerate`` and ``astream`` (``ServerGenerator``) is awaited on the wrappers' async paths
-    instead of being run in a worker thread.
+    ``CiteGenerator`` (a model in this process), ``ServerGenerator`` (a model behind a serving
+    engine) and ``citeformer.testing.FakeGenerator`` have it. Both methods take a checked
+    ``GenerationRequest`` (``citeformer.build_request``). Optional: ``context_length`` (tokens
+    the model accepts, or ``None``), read by the LlamaIndex wrapper.
     """
 
-    def generate(
-        self, question: str, sources: Sequence[Source | str], policy: Policy | str = ...,
-        **options: Any,
-    ) -> CitedAnswer:
-        """Answer ``question`` from ``sources``; markers are ``[k]`` with 1 <= k <= N."""
+    def answer(self, request: GenerationRequest) -> CitedAnswer:
+        """The answer to ``request``; every marker is ``[k]`` with 1 <= k <= N."""
+        ...
 
-    def stream(
-        self, question: str, sources: Sequence[Source | str], policy: Policy | str = ...,
-        **options: Any,
-    ) -> Iterable[str]:
-        """Text chunks as generated; the returned object's ``answer`` is set at the end."""
+    def answer_stream(self, request: GenerationRequest) -> AnswerChunks:
+        """The answer to ``request`` as text chunks; the stream's ``answer`` is set at the end."""
+        ...
+
+
+@runtime_checkable
+class AsyncAnswerGenerator(AnswerGenerator, Protocol):
+    """A generator that is awaited on the wrappers' async paths instead of running in a worker
+    thread (``ServerGenerator``, ``citeformer.testing.FakeGenerator``)."""
+
+    async def aanswer(self, request: GenerationRequest) -> CitedAnswer:
+        """Async ``answer``."""
+        ...
+
+    def aanswer_stream(self, request: GenerationRequest) -> AsyncAnswerChunks:
+        """Async ``answer_stream``: ``async for chunk in ...``, then ``.answer``."""
+        ...

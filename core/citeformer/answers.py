@@ -37,14 +37,17 @@ def safe_prefix(text: str, *, quotes: bool = False) -> str:
 
 
 def bad_markers(text: str, n_sources: int, *, finished: bool) -> list[str]:
-    """Markers the grammar forbids: outside 1..n, malformed, or (``finished``) left open."""
+    """What the grammar forbids, in order: markers outside 1..n, malformed spans, and every
+    bracket outside a marker; a last ``[`` still open counts only once the answer is
+    ``finished``."""
     scan = scan_markers(text, n_sources)
-    bad = [text[c.start:c.end] for c in scan.out_of_range]
-    bad += [text[start:end] for start, end in scan.malformed]
-    opened = text.rfind("[")
-    if finished and opened > text.rfind("]"):
-        bad.append(text[opened:opened + 12])
-    return bad
+    found = [(c.start, text[c.start:c.end]) for c in scan.out_of_range]
+    found += [(start, text[start:end]) for start, end in scan.malformed]
+    for offset in scan.stray:
+        opening = text[offset] == "[" and not any(b in text[offset + 1:] for b in "[]")
+        if not (opening and not finished):
+            found.append((offset, text[offset:offset + 12]))
+    return [marker for _, marker in sorted(found)]
 
 
 class StreamedAnswer:

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from citeformer.errors import CitationOutOfRangeError
 from citeformer.types import Citation
 
-# Any short bracketed span on one line: a candidate marker, well-formed or not.
-_BRACKETED = re.compile(r"\[([^\[\]\n]{0,24})\]")
+# A bracketed span with no bracket inside, of any length and across lines: a candidate marker,
+# well-formed or not. Without nested brackets the scan is linear.
+_BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 _WELL_FORMED = re.compile(r"[1-9][0-9]*")
+_BRACKET = re.compile(r"[\[\]]")
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,12 @@ class MarkerScan:
     """Markers shaped ``[k]`` whose k names no source (k > n_sources)."""
 
     malformed: tuple[tuple[int, int], ...]
-    """(start, end) of bracketed spans not shaped ``[k]``: ``[0]``, ``[01]``, ``[1, 2]``."""
+    """(start, end) of bracketed spans not shaped ``[k]``: ``[0]``, ``[01]``, ``[1, 2]``, a span
+    of prose in brackets, one that crosses a line break."""
+
+    stray: tuple[int, ...] = ()
+    """Offsets of the brackets that belong to no bracketed span: a ``[`` never closed before the
+    next bracket (``[[1]``), a ``]`` never opened (``is ]``), a ``[`` left open at the end."""
 
     @property
     def fabricated(self) -> int:
@@ -33,23 +40,33 @@ class MarkerScan:
 
     @property
     def total(self) -> int:
+        """Every marker and bracketed span: valid, out of range or malformed (strays aside)."""
         return len(self.citations) + self.fabricated
 
 
 def scan_markers(text: str, n_sources: int) -> MarkerScan:
-    """Sort every bracketed span in ``text`` into valid, out-of-range and malformed markers."""
+    """Sort every bracket in ``text``: valid, out-of-range and malformed markers, and strays.
+
+    Every ``[`` and ``]`` of the text is accounted for: it belongs to exactly one marker or
+    bracketed span, or it is listed in ``stray``.
+    """
     _check_n_sources(n_sources)
     valid: list[Citation] = []
     out_of_range: list[Citation] = []
     malformed: list[tuple[int, int]] = []
+    stray: list[int] = []
+    covered = 0
     for match in _BRACKETED.finditer(text):
+        stray += [m.start() for m in _BRACKET.finditer(text, covered, match.start())]
+        covered = match.end()
         inner = match.group(1)
         if _WELL_FORMED.fullmatch(inner):
             citation = Citation(int(inner), match.start(), match.end())
             (valid if citation.source_id <= n_sources else out_of_range).append(citation)
         else:
             malformed.append((match.start(), match.end()))
-    return MarkerScan(tuple(valid), tuple(out_of_range), tuple(malformed))
+    stray += [m.start() for m in _BRACKET.finditer(text, covered)]
+    return MarkerScan(tuple(valid), tuple(out_of_range), tuple(malformed), tuple(stray))
 
 
 def parse_citations(text: str, n_sources: int) -> list[Citation]:

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from citeformer.errors import InputTypeError, InvalidInputError
-from citeformer.quotes import DEFAULT_MIN_QUOTE_CHARS, DEFAULT_QUOTABLE_CHARS, quote_rules
+from citeformer.quote_grammar import quote_rules
+from citeformer.quotes import DEFAULT_MIN_QUOTE_CHARS, DEFAULT_QUOTABLE_CHARS
 from citeformer.types import Policy, Source
 
 DEFAULT_MAX_GROUP = 3

@@ -13,10 +13,10 @@ The automaton is enforced in two interchangeable forms:
   open it allows only tokens whose bytes continue a substring of some source; when the quote closes
   it allows only a marker naming a source that contains it. It runs after the structural grammar's
   mask and only removes tokens, so the 1..N guarantee is untouched.
-- ``quote_rules`` (GBNF, for engines that take the grammar as text): the same automaton written as
-  grammar rules. xgrammar precomputes a token mask for every rule position, which makes this form
-  compile in about a second per 1,000 characters of source; the guard builds its index in a few
-  milliseconds and caches it per text.
+- ``citeformer.quote_grammar.quote_rules`` (GBNF, for engines that take the grammar as text):
+  the same automaton written as grammar rules. xgrammar precomputes a token mask for every rule
+  position, which makes this form compile in about a second per 1,000 characters of source; the
+  guard builds its index in a few milliseconds and caches it per text.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ DEFAULT_QUOTABLE_CHARS = 2000
 # Characters a quote cannot hold: the closing quote and the brackets that only markers may use.
 _UNQUOTABLE = '"[]'
 _WHITESPACE = re.compile(r"\s+")
-_QUOTE, _SPACE, _OPEN, _CLOSE = ord('"'), ord(" "), ord("["), ord("]")
+_QUOTE, SPACE, _OPEN, _CLOSE = ord('"'), ord(" "), ord("["), ord("]")
 _DIGITS = frozenset(b"0123456789")
 # Segments are written between sentinels, so that their start and end count as word boundaries.
-_SENTINEL = 0
+SENTINEL = 0
 # Bytes that end a word: ASCII that is not a letter or digit. Non-ASCII bytes belong to words.
 _BOUNDARY = frozenset(b for b in range(128) if not chr(b).isalnum())
 _WORD_CHAR = r"A-Za-z0-9\u0080-\U0010ffff"
@@ -189,9 +189,9 @@ class WordAutomaton:
     def __init__(
         self, segments: Iterable[Sequence[int]], weight: dict[int, int] | None = None
     ) -> None:
-        automaton = SuffixAutomaton([_SENTINEL, *segment, _SENTINEL] for segment in segments)
+        automaton = SuffixAutomaton([SENTINEL, *segment, SENTINEL] for segment in segments)
         self.next = automaton.next
-        self.reach = automaton.reach(weight, skip=_SENTINEL)
+        self.reach = automaton.reach(weight, skip=SENTINEL)
         """Longest continuation out of each state, in characters, never through a sentinel."""
         self.closable = [any(b in _BOUNDARY for b in t) for t in self.next]
         """Whether a quote may end at each state: some occurrence is followed by a boundary."""
@@ -222,7 +222,7 @@ class SourceIndex:
         return any(
             _BYTE_WEIGHT[b] + self.reach[t] >= min_chars
             for start in self.starts
-            for b, t in self.next[start].items() if b not in (_SPACE, _SENTINEL)
+            for b, t in self.next[start].items() if b not in (SPACE, SENTINEL)
         )
 
 
@@ -374,7 +374,7 @@ class QuoteGuard:
             if byte == _QUOTE:
                 ids = frozenset(k for k, s in alive if self._indexes[k].closable[s])
                 return ("after", ids, False) if ids and chars >= self._min else None
-            if byte == _SENTINEL or (byte == _SPACE and chars == 0):
+            if byte == SENTINEL or (byte == SPACE and chars == 0):
                 return None
             chars += _BYTE_WEIGHT[byte]
             moved = tuple(
@@ -385,7 +385,7 @@ class QuoteGuard:
             return ("in", moved, chars) if moved else None
         if kind == "after":
             _, ids, spaced = state
-            if byte == _SPACE and not spaced:
+            if byte == SPACE and not spaced:
                 return ("after", ids, True)
             return ("id", ids, "") if byte == _OPEN else None
         if kind == "id":
@@ -438,7 +438,7 @@ class QuoteGuard:
         return _MARKER_BODY
 
 
-_MARKER_START = frozenset((_SPACE, _OPEN))
+_MARKER_START = frozenset((SPACE, _OPEN))
 _MARKER_BODY = _DIGITS | {_CLOSE}
 
 
@@ -489,92 +489,3 @@ def trim_open_quote(text: str) -> str:
     covered = matches[-1].end() if matches else 0
     dangling = text.find('"', covered)
     return text if dangling < 0 else text[:dangling].rstrip(" ")
-
-
-def quote_rules(
-    sources: Sequence[Source],
-    *,
-    min_quote_chars: int = DEFAULT_MIN_QUOTE_CHARS,
-    quotable_chars: int = DEFAULT_QUOTABLE_CHARS,
-) -> tuple[list[int], list[str]]:
-    """GBNF rules ``quote-k`` accepting exactly the quotes ``QuoteGuard`` allows from source k.
-
-    Returns the source ids that have a rule (a source with no quote of ``min_quote_chars``
-    characters gets none) and the rule lines. The automaton runs over characters; a quote starts
-    in one of several states (one per boundary character before it), so rules stand for sets of
-    states, made deterministic as they are written. The first ``min_quote_chars`` characters are
-    spelled as literal strings leading to the set they reach, so the minimum costs no states.
-    """
-    ids: list[int] = []
-    lines: list[str] = []
-    for k, source in enumerate(sources, start=1):
-        rules = _source_rules(k, QuotableText.of(source.text, quotable_chars), min_quote_chars)
-        if rules:
-            ids.append(k)
-            lines += rules
-    return ids, lines
-
-
-def _source_rules(k: int, quotable: QuotableText, min_chars: int) -> list[str]:
-    automaton = WordAutomaton([ord(c) for c in s] for s in quotable.segments())
-    nxt, reach, closable = automaton.next, automaton.reach, automaton.closable
-
-    def read(states: frozenset[int], symbol: int) -> frozenset[int]:
-        return frozenset(nxt[s][symbol] for s in states if symbol in nxt[s])
-
-    def symbols(states: frozenset[int]) -> list[int]:
-        return sorted({c for s in states for c in nxt[s]} - {_SENTINEL})
-
-    heads: dict[str, frozenset[int]] = {}
-    frontier = [("", frozenset(automaton.starts))]
-    while frontier:
-        spelled, states = frontier.pop()
-        if len(spelled) == min_chars:
-            heads[spelled] = states
-            continue
-        for symbol in symbols(states):
-            if symbol == _SPACE and not spelled:
-                continue
-            target = frozenset(
-                t for t in read(states, symbol) if len(spelled) + 1 + reach[t] >= min_chars
-            )
-            if target:
-                frontier.append((spelled + chr(symbol), target))
-    if not heads:
-        return []
-    names: dict[frozenset[int], str] = {}
-    pending: list[frozenset[int]] = []
-
-    def name_of(states: frozenset[int]) -> str:
-        if states not in names:
-            names[states] = f"quote-{k}-{len(names)}"
-            pending.append(states)
-        return names[states]
-
-    lines = [
-        f"quote-{k} ::= " + " | ".join(
-            f'"{_escape(s)}" {name_of(states)}' for s, states in sorted(heads.items())
-        )
-    ]
-    while pending:
-        states = pending.pop()
-        alternatives = [
-            f'"{_escape(chr(symbol))}" {name_of(read(states, symbol))}'
-            for symbol in symbols(states)
-        ]
-        if any(closable[s] for s in states):
-            alternatives.append('""')
-        lines.append(f"{names[states]} ::= {' | '.join(alternatives)}")
-    return lines
-
-
-def _escape(text: str) -> str:
-    out = []
-    for char in text:
-        if char in '"\\':
-            out.append("\\" + char)
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\x{ord(char):02X}")
-        else:
-            out.append(char)
-    return "".join(out)

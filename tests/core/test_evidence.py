@@ -12,14 +12,13 @@ from citeformer import Source
 from citeformer.evidence import (
     EmbeddingEvidence,
     Evidence,
-    EvidenceLogitsProcessor,
-    IdTokens,
     LexicalEvidence,
     Support,
     claim_before_marker,
     content_words,
     resolve_evidence,
 )
+from citeformer.processor import EvidenceLogitsProcessor, IdTokens
 
 VOCAB = [
     b"<eos>", b"Paris", b" is", b" [", b"[", b"1", b"2", b"3", b"]", b"].", b"][",

@@ -11,7 +11,7 @@ import torch
 
 from citeformer import CiteGenerator, Policy, Source, build_grammar, scan_markers
 from tests.adversary import bracket_hungry_llama
-from tests.integration.vocab import FAMILIES, family_tokenizer
+from tests.vocab import FAMILIES, family_tokenizer
 
 pytestmark = pytest.mark.integration
 

@@ -114,3 +114,32 @@ def test_a_stream_shows_only_text_the_answer_keeps(decoded: str, shown: str) -> 
 
     assert safe_prefix(decoded) == shown
     assert trim_open_marker(decoded).startswith(shown)
+
+
+@given(st.text(alphabet="ab1 7\n[]", max_size=60), st.integers(1, 9))
+def test_every_bracket_is_accounted_for(text: str, n: int) -> None:
+    scan = scan_markers(text, n)
+    owned: list[int] = []
+    for citation in (*scan.citations, *scan.out_of_range):
+        owned += [citation.start, citation.end - 1]
+    for start, end in scan.malformed:
+        owned += [start, end - 1]
+    owned += list(scan.stray)
+    brackets = [i for i, char in enumerate(text) if char in "[]"]
+    assert sorted(owned) == brackets
+
+
+@pytest.mark.parametrize(
+    ("text", "stray", "malformed"),
+    [
+        ("Paris [[1] is ] the capital of France [1].", (6, 14), ()),
+        ("See [this bracket span is longer than 24 chars] too [2].", (), ((4, 47),)),
+        ("Paris is [\n7] the capital [1].", (), ((9, 13),)),
+        ("a [[1] ] [long bracketed span of prose here] [\n2] [", (2, 7, 50), ((9, 44), (45, 49))),
+    ],
+)
+def test_strays_and_long_or_multiline_spans(
+    text: str, stray: tuple[int, ...], malformed: tuple[tuple[int, int], ...]
+) -> None:
+    scan = scan_markers(text, 3)
+    assert (scan.stray, scan.malformed) == (stray, malformed)

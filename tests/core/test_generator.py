@@ -1,0 +1,120 @@
+"""CiteGenerator on a tiny random model and an in-memory tokenizer: fast, offline, no download.
+
+The real embedded model is exercised in test_default_model.py and the tokenizer-family tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from citeformer import (
+    CiteformerError,
+    CiteGenerator,
+    InvalidInputError,
+    PromptTooLongError,
+    TokenizerMismatchError,
+    build_request,
+    scan_markers,
+)
+from citeformer import generator as generator_module
+from tests.adversary import bracket_hungry_llama
+from tests.tiny import tiny_tokenizer
+
+SOURCES = ["Paris is the capital of France.", "Berlin is the capital of Germany."]
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture(scope="module")
+def gen() -> CiteGenerator:
+    tokenizer = tiny_tokenizer()
+    return CiteGenerator(bracket_hungry_llama(tokenizer), tokenizer)
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("policy", ["required", "auto", "quotes_only"])
+def test_sampled_markers_stay_in_range(gen: CiteGenerator, policy: str) -> None:
+    for seed in range(3):
+        answer = gen.generate(
+            QUESTION, SOURCES, policy, do_sample=True, seed=seed, max_new_tokens=40
+        )
+        scan = scan_markers(answer.text, len(SOURCES))
+        assert answer.citations, answer.text
+        assert (scan.fabricated, scan.stray) == (0, ()), answer.text
+
+
+def test_generate_is_answer_of_the_built_request(gen: CiteGenerator) -> None:
+    options: dict[str, Any] = {"max_new_tokens": 24, "evidence": None}
+    direct = gen.generate(QUESTION, SOURCES, "auto", **options)
+    request = build_request(QUESTION, SOURCES, "auto", **options)
+    assert gen.answer(request) == direct
+
+
+def test_stream_chunks_join_to_the_answer(gen: CiteGenerator) -> None:
+    stream = gen.stream(QUESTION, SOURCES, do_sample=True, seed=4, max_new_tokens=30)
+    chunks = list(stream)
+    assert "".join(chunks) == stream.answer.text
+    assert all("[" not in c or "]" in c for c in chunks)
+    with pytest.raises(RuntimeError, match="only once"):
+        list(stream)
+
+
+def test_a_stream_left_early_frees_the_generator(gen: CiteGenerator) -> None:
+    stream = iter(gen.stream(QUESTION, SOURCES, do_sample=True, seed=2, max_new_tokens=60))
+    next(stream)
+    stream.close()  # type: ignore[attr-defined]
+    assert gen.generate(QUESTION, SOURCES, max_new_tokens=4).generated_tokens == 4
+
+
+def test_the_same_seed_gives_the_same_answer(gen: CiteGenerator) -> None:
+    first = gen.generate(QUESTION, SOURCES, do_sample=True, seed=7, max_new_tokens=20)
+    again = gen.generate(QUESTION, SOURCES, do_sample=True, seed=7, max_new_tokens=20)
+    assert first.text == again.text
+
+
+def test_arguments_are_checked_before_anything_runs(gen: CiteGenerator) -> None:
+    for call in (gen.generate, gen.stream):
+        with pytest.raises(InvalidInputError, match="temperature must be a finite number"):
+            call(QUESTION, SOURCES, do_sample=True, temperature=float("inf"))
+        with pytest.raises(TypeError, match="seed must be an int"):
+            call(QUESTION, SOURCES, seed="x")  # type: ignore[arg-type]
+        with pytest.raises(CiteformerError, match="prompt is empty"):
+            call(QUESTION, SOURCES, prompt="")
+
+
+def test_compiled_grammars_are_cached_and_bounded(
+    gen: CiteGenerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(generator_module, "GRAMMAR_CACHE_SIZE", 3)
+    first = gen.compiled_grammar(2, "auto")
+    assert gen.compiled_grammar(2, "AUTO") is first
+    for n in range(3, 7):
+        gen.compiled_grammar(n, "auto")
+    assert len(gen._grammars) == 3
+    assert gen.compiled_grammar(2, "auto") is not first
+
+
+def test_prompt_too_long_says_what_to_shorten(gen: CiteGenerator) -> None:
+    limit = gen.context_length
+    assert limit is not None
+    with pytest.raises(PromptTooLongError, match="pass fewer or shorter sources"):
+        gen.generate(QUESTION, ["Paris " * limit], max_new_tokens=8)
+    with pytest.raises(PromptTooLongError, match="shorten the question"):
+        gen.generate("Paris " * limit, SOURCES, max_new_tokens=8)
+
+
+def test_a_tokenizer_wider_than_the_logits_is_refused() -> None:
+    tokenizer = tiny_tokenizer()
+    model = bracket_hungry_llama(tokenizer)
+    model.config.vocab_size = len(tokenizer) - 1
+    with pytest.raises(TokenizerMismatchError, match="cannot be aligned"):
+        CiteGenerator(model, tokenizer)

@@ -1,0 +1,154 @@
+"""build_request: one place that checks a call's arguments, and what the request derives."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from citeformer import (
+    CiteformerError,
+    EmptyQuestionError,
+    EmptySourceError,
+    GenerationRequest,
+    GrammarOptions,
+    InputTypeError,
+    InvalidInputError,
+    NoSourcesError,
+    Policy,
+    Source,
+    build_request,
+)
+from citeformer.evidence import LexicalEvidence
+
+SOURCES = ["Paris is the capital of France.", "Berlin is the capital of Germany."]
+
+# (keyword arguments, error class, a fragment the message must hold)
+BAD_OPTIONS: list[tuple[dict[str, object], type[Exception], str]] = [
+    ({"max_new_tokens": 0}, InvalidInputError, "max_new_tokens must be a positive int, got 0"),
+    ({"max_new_tokens": 2.5}, InvalidInputError, "max_new_tokens must be a positive int"),
+    ({"max_new_tokens": True}, InvalidInputError, "max_new_tokens must be a positive int"),
+    ({"temperature": math.inf}, InvalidInputError, "temperature must be a finite number > 0"),
+    ({"temperature": math.nan}, InvalidInputError, "temperature must be a finite number > 0"),
+    ({"temperature": 0}, InvalidInputError, "temperature must be a finite number > 0, got 0"),
+    ({"temperature": -1.0}, InvalidInputError, "got -1.0"),
+    ({"temperature": "hot"}, InputTypeError, "temperature must be a number, got str 'hot'"),
+    ({"seed": 2**64}, InvalidInputError, "seed must be between 0 and 2**63-1"),
+    ({"seed": -1}, InvalidInputError, "seed must be between 0 and 2**63-1"),
+    ({"seed": "x"}, InputTypeError, "seed must be an int or None, got str 'x'"),
+    ({"seed": 1.0}, InputTypeError, "seed must be an int or None"),
+    ({"do_sample": "yes"}, InputTypeError, "do_sample must be True or False"),
+    ({"constrained": 1}, InputTypeError, "constrained must be True or False"),
+    ({"prompt": ""}, InvalidInputError, "prompt is empty"),
+    ({"prompt": 3}, InputTypeError, "prompt must be a string or None"),
+    ({"instructions": "  "}, InvalidInputError, "instructions is empty"),
+    ({"evidence": "bm25"}, InvalidInputError, "unknown evidence scorer 'bm25'"),
+    ({"evidence": 3}, InputTypeError, "evidence must be None"),
+    ({"max_group": 0}, InvalidInputError, "max_group must be a positive int, got 0"),
+    ({"verbatim_quotes": "no"}, InputTypeError, "verbatim_quotes must be True or False"),
+    ({"min_quote_chars": 9, "max_quote_chars": 4}, InvalidInputError,
+     "min_quote_chars (9) is larger than max_quote_chars (4)"),
+    ({"max_sentence_wrods": 9}, InputTypeError, "unknown option(s) ['max_sentence_wrods']"),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "message"), BAD_OPTIONS)
+def test_bad_options_name_the_value(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        build_request("Capital?", SOURCES, **options)  # type: ignore[arg-type]
+    assert message in str(raised.value)
+    assert isinstance(raised.value, CiteformerError)
+    assert isinstance(raised.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("question", "sources", "error"),
+    [
+        ("", SOURCES, EmptyQuestionError),
+        ("   ", SOURCES, EmptyQuestionError),
+        (None, SOURCES, EmptyQuestionError),
+        ("Capital?", [], NoSourcesError),
+        ("Capital?", ["ok", "  "], EmptySourceError),
+        ("Capital?", "one passage", InputTypeError),
+        ("Capital?", [3], InputTypeError),
+    ],
+)
+def test_bad_question_or_sources(question: object, sources: object, error: type) -> None:
+    with pytest.raises(error):
+        build_request(question, sources)  # type: ignore[arg-type]
+
+
+def test_type_errors_are_also_type_errors() -> None:
+    with pytest.raises(TypeError, match="temperature must be a number"):
+        build_request("Capital?", SOURCES, temperature="hot")  # type: ignore[typeddict-item]
+
+
+def test_unknown_policy_is_a_citeformer_value_error() -> None:
+    with pytest.raises(InvalidInputError, match="unknown citation policy 'sometimes'"):
+        build_request("Capital?", SOURCES, "sometimes")
+
+
+def test_defaults_and_coercion() -> None:
+    request = build_request("Capital?", SOURCES, "AUTO", temperature=2, max_group=2)
+    assert request.policy is Policy.AUTO
+    assert request.temperature == 2.0 and isinstance(request.temperature, float)
+    assert request.sources == tuple(Source(text) for text in SOURCES)
+    assert request.n_sources == 2
+    assert request.grammar == GrammarOptions(max_group=2)
+    assert isinstance(request.evidence, LexicalEvidence)
+    assert request.evidence_by_default
+
+
+def test_explicit_evidence_is_marked_as_the_callers() -> None:
+    assert not build_request("Q?", SOURCES, evidence="lexical").evidence_by_default
+    none = build_request("Q?", SOURCES, evidence=None)
+    assert none.evidence is None and not none.evidence_by_default
+
+
+@pytest.mark.parametrize(
+    ("policy", "options", "expected"),
+    [
+        ("quotes_only", {}, 2000),
+        ("quotes_only", {"quotable_chars": 50}, 50),
+        ("quotes_only", {"verbatim_quotes": False}, None),
+        ("quotes_only", {"constrained": False}, None),
+        ("required", {}, None),
+        ("auto", {}, None),
+    ],
+)
+def test_the_verbatim_quote_decision(
+    policy: str, options: dict[str, object], expected: int | None
+) -> None:
+    assert build_request("Q?", SOURCES, policy, **options).quotable_chars == expected  # type: ignore[arg-type]
+
+
+def test_grammar_text_spells_quotes_only_when_asked() -> None:
+    request = build_request("Q?", ["the tower is tall"], "quotes_only")
+    assert "quote-1" in request.grammar_text(spell_quotes=True)
+    assert "quote-1" not in request.grammar_text(spell_quotes=False)
+    assert '"[1]"' not in build_request("Q?", ["x"]).grammar_text(spell_quotes=True)
+
+
+def test_messages_number_the_sources_as_the_markers_do() -> None:
+    request = build_request("Capital?", [Source("Paris.", title="France"), "Berlin."])
+    last = request.messages()[-1]["content"]
+    assert "[1] France\nParis." in last and "[2]\nBerlin." in last
+    assert last.endswith("Question: Capital?")
+
+
+def test_replace_checks_the_changed_values_and_keeps_the_rest() -> None:
+    request = build_request("Q?", SOURCES, "auto", max_new_tokens=8, evidence=None, max_group=2)
+    changed = request.replace(max_new_tokens=16)
+    assert isinstance(changed, GenerationRequest)
+    assert (changed.max_new_tokens, changed.policy, changed.evidence) == (16, Policy.AUTO, None)
+    assert changed.grammar.max_group == 2
+    with pytest.raises(InvalidInputError, match="max_new_tokens"):
+        request.replace(max_new_tokens=-1)
+
+
+def test_request_is_frozen() -> None:
+    request = build_request("Q?", SOURCES)
+    with pytest.raises(AttributeError):
+        request.question = "other"  # type: ignore[misc]

@@ -1,5 +1,7 @@
-"""What every generator shares once text is produced: showing an answer while it streams, and
-turning the finished text into a ``CitedAnswer`` whose markers and quotes are re-checked.
+"""What every generator shares once text is produced: streaming it, and re-checking the answer.
+
+Showing an answer while it streams, and turning the finished text into a ``CitedAnswer`` whose
+markers and quotes are re-checked.
 
 ``CiteGenerator`` (a local model) and ``ServerGenerator`` (a serving engine) differ only in how
 text is produced; both go through these functions, so an answer means the same from either.
@@ -37,9 +39,11 @@ def safe_prefix(text: str, *, quotes: bool = False) -> str:
 
 
 def bad_markers(text: str, n_sources: int, *, finished: bool) -> list[str]:
-    """What the grammar forbids, in order: markers outside 1..n, malformed spans, and every
-    bracket outside a marker; a last ``[`` still open counts only once the answer is
-    ``finished``."""
+    """What the grammar forbids in ``text``, in order of appearance.
+
+    Markers outside 1..n, malformed spans, and every bracket outside a marker; a last ``[``
+    still open counts only once the answer is ``finished``.
+    """
     scan = scan_markers(text, n_sources)
     found = [(c.start, text[c.start:c.end]) for c in scan.out_of_range]
     found += [(start, text[start:end]) for start, end in scan.malformed]

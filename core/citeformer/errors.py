@@ -75,8 +75,10 @@ class ServerConnectionError(ServerError):
 
 
 class ServerResponseError(ServerError):
-    """The server answered with an error (the HTTP status and what the server said), or with
-    something that is not a completion."""
+    """The server answered with an error, or with something that is not a completion.
+
+    ``status_code`` and ``body`` hold the HTTP status and what the server said.
+    """
 
     def __init__(self, message: str, *, status_code: int, body: str = "") -> None:
         super().__init__(message)

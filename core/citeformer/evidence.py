@@ -83,6 +83,7 @@ def claim_before_marker(text: str) -> str | None:
 
 
 def claim_of(head: str) -> str:
+    """The claim a marker after ``head`` cites: the text since the last marker or sentence end."""
     start = _CLAIM_START.match(head)
     return head[start.end():].strip() if start else head.strip()
 
@@ -130,7 +131,7 @@ class LexicalEvidence(Evidence):
     def __init__(self, *, weight: float = DEFAULT_LEXICAL_WEIGHT) -> None:
         super().__init__(weight=weight)
 
-    def bind(self, question: str, sources: Sequence[Source]) -> Support:
+    def bind(self, question: str, sources: Sequence[Source]) -> Support:  # noqa: D102
         return _LexicalSupport(question, sources)
 
 
@@ -170,7 +171,7 @@ class EmbeddingEvidence(Evidence):
     def __init__(self, *, weight: float = DEFAULT_EMBEDDING_WEIGHT) -> None:
         super().__init__(weight=weight)
 
-    def bind(self, question: str, sources: Sequence[Source]) -> Support:
+    def bind(self, question: str, sources: Sequence[Source]) -> Support:  # noqa: D102
         return _EmbeddingSupport(question, sources)
 
 

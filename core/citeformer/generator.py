@@ -108,7 +108,7 @@ class CiteGenerator:
 
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = AutoModelForCausalLM.from_pretrained(name_or_path, **model_kwargs)
-        model.eval()
+        model.eval()  # type: ignore[no-untyped-call]
         return cls(model, tokenizer)
 
     @property
@@ -119,6 +119,7 @@ class CiteGenerator:
 
     @property
     def tokenizer_info(self) -> xgr.TokenizerInfo:
+        """Xgrammar's view of the tokenizer, aligned with the model's logits."""
         return self._tokenizer_info
 
     @property
@@ -128,6 +129,7 @@ class CiteGenerator:
 
     @property
     def pad_token_id(self) -> int:
+        """The padding token id (the first end-of-sequence id when the tokenizer has none)."""
         return int(self._pad_id)
 
     def compiled_grammar(

@@ -1,5 +1,8 @@
-"""Transformers logits processors: the citation grammar's mask, the verbatim quotes' mask and the
-evidence bias among valid ids."""
+"""Transformers logits processors: the grammar's mask, the quotes' mask, the evidence bias.
+
+The citation grammar's mask comes first, then the verbatim quotes' mask, then the evidence bias
+among the ids both allow.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import torch
 import xgrammar as xgr
 from transformers import LogitsProcessor
 
-from citeformer.errors import GrammarViolationError
+from citeformer.errors import GrammarViolationError, InvalidInputError
 from citeformer.evidence import CLOSED_GROUP, OPEN_GROUP, Support, claim_of
 from citeformer.quotes import QuoteGuard
 
@@ -33,11 +36,14 @@ class GrammarLogitsProcessor(LogitsProcessor):
 
     @property
     def matcher(self) -> xgr.GrammarMatcher:
+        """The matcher, advanced by every accepted token."""
         return self._matcher
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
         if input_ids.shape[0] != 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"GrammarLogitsProcessor handles one sequence at a time, got a batch of "
                 f"{input_ids.shape[0]}; generate each answer separately"
             )
@@ -69,7 +75,9 @@ class QuoteLogitsProcessor(LogitsProcessor):
         self._stop = frozenset(stop_token_ids)
         self._started = False
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
         if self._started:
             token = int(input_ids[0, -1])
             if token not in self._stop:
@@ -165,7 +173,9 @@ class EvidenceLogitsProcessor(LogitsProcessor):
         self._best_by_prefix: dict[str, float] = {}
         self.timings: list[float] = []
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
         if self._prompt_length is None:
             self._prompt_length = input_ids.shape[1]
         else:

@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from citeformer.errors import GrammarViolationError
 from citeformer.types import Quote, Source
@@ -63,6 +64,7 @@ class QuotableText:
 
     @classmethod
     def of(cls, original: str, quotable_chars: int) -> QuotableText:
+        """The first ``quotable_chars`` characters of ``original``, white space folded."""
         chars: list[str] = []
         starts: list[int] = []
         ends: list[int] = []
@@ -84,8 +86,10 @@ class QuotableText:
         return cls("".join(chars), tuple(starts), tuple(ends))
 
     def locate(self, quote: str) -> tuple[int, int] | None:
-        """Offsets in the original text of the first occurrence of ``quote`` that begins and
-        ends at word boundaries, or None."""
+        """Offsets in the original text of the first word-bounded occurrence of ``quote``.
+
+        ``None`` when the text holds no occurrence that begins and ends at word boundaries.
+        """
         if not quote:
             return None
         found = re.search(
@@ -160,8 +164,10 @@ class SuffixAutomaton:
         self._length = length
 
     def reach(self, weight: dict[int, int] | None = None, skip: int | None = None) -> list[int]:
-        """For each state, the longest path out of it that never reads ``skip``, counting
-        ``weight[symbol]`` per symbol (default 1)."""
+        """For each state, the longest path out of it that never reads ``skip``.
+
+        A symbol counts ``weight[symbol]`` (default 1).
+        """
         reach = [0] * len(self.next)
         # A transition s -> t has length[t] > length[s]: decreasing length is a topological order.
         for state in sorted(range(len(self.next)), key=self._length.__getitem__, reverse=True):
@@ -218,6 +224,7 @@ class SourceIndex:
         return chars + self.reach[state] >= min_chars
 
     def root_viable(self, min_chars: int) -> bool:
+        """Whether a quote of at least ``min_chars`` characters can start here."""
         # A quote cannot begin with a space.
         return any(
             _BYTE_WEIGHT[b] + self.reach[t] >= min_chars
@@ -263,8 +270,10 @@ class VocabIndex:
         self.opening_bracket = self.ids[lo:hi]
 
     def span(self, prefix: bytes, lo: int, hi: int) -> tuple[int, int]:
-        """The range of tokens in [lo, hi) that start with ``prefix`` (all of [lo, hi) share
-        ``prefix[:-1]``)."""
+        """The range of tokens in [lo, hi) that start with ``prefix``.
+
+        All of [lo, hi) share ``prefix[:-1]``.
+        """
         start = bisect.bisect_left(self.keys, prefix, lo, hi)
         last = prefix[-1]
         if last == 0xFF:
@@ -278,7 +287,7 @@ class VocabIndex:
 #   ("after", ids, spaced)      the quote closed; its marker follows after an optional space
 #   ("id", ids, digits)         inside that marker, digits written so far
 #   ("cited",)                  the marker closed; a second marker may not follow it
-State = tuple
+State = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -357,6 +366,7 @@ class QuoteGuard:
         return Mask(tuple(self._walk(self.state)), allow=True)
 
     def run(self, state: State | None, data: bytes) -> State | None:
+        """The state after reading ``data`` from ``state``; ``None`` once a byte is refused."""
         for byte in data:
             if state is None:
                 return None
@@ -364,6 +374,7 @@ class QuoteGuard:
         return state
 
     def step(self, state: State, byte: int) -> State | None:
+        """The state after one byte, or ``None`` if the byte is refused there."""
         kind = state[0]
         if kind == "out":
             if byte != _QUOTE:

@@ -119,8 +119,11 @@ class GenerationRequest:
 
     @property
     def quotable_chars(self) -> int | None:
-        """How much of each source a verbatim quote may come from, or ``None`` when quotes are
-        not checked (not ``QUOTES_ONLY``, unconstrained, or ``verbatim_quotes=False``)."""
+        """How much of each source a verbatim quote may come from, or ``None``.
+
+        ``None`` when quotes are not checked: not ``QUOTES_ONLY``, unconstrained, or
+        ``verbatim_quotes=False``. This is the one place that decides it.
+        """
         if self.constrained and self.policy is Policy.QUOTES_ONLY and self.grammar.verbatim_quotes:
             return self.grammar.quotable_chars
         return None
@@ -140,7 +143,7 @@ class GenerationRequest:
 
     def replace(self, **changes: Any) -> GenerationRequest:
         """A copy with some fields changed; the changed values are checked again."""
-        values = {
+        values: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
             "temperature": self.temperature, "seed": self.seed,
             "instructions": self.instructions, "prompt": self.prompt,

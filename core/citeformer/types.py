@@ -203,8 +203,10 @@ class AnswerGenerator(Protocol):
 
 @runtime_checkable
 class AsyncAnswerGenerator(AnswerGenerator, Protocol):
-    """A generator that is awaited on the wrappers' async paths instead of running in a worker
-    thread (``ServerGenerator``, ``citeformer.testing.FakeGenerator``)."""
+    """A generator the wrappers' async paths await instead of running it in a worker thread.
+
+    ``ServerGenerator`` and ``citeformer.testing.FakeGenerator`` are.
+    """
 
     async def aanswer(self, request: GenerationRequest) -> CitedAnswer:
         """Async ``answer``."""

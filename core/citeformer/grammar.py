@@ -49,12 +49,25 @@ class GrammarOptions:
     verbatim_quotes: bool = True
     """QUOTES_ONLY only: ``False`` lets quotes hold any text."""
 
+    cite_after_punctuation: bool = False
+    """REQUIRED only: ``False`` (default) lets a cite-group follow a word, never ``,`` ``;``
+    ``:`` or ``(``, so a sentence is not cited mid-phrase (``..., which is [4].``)."""
+
+    sentence_ends: str = ".!?"
+    """REQUIRED only: the characters that may end a sentence after its cite-group."""
+
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
-            if spec.name == "verbatim_quotes":
+            if spec.name in ("verbatim_quotes", "cite_after_punctuation"):
                 if not isinstance(value, bool):
-                    raise InputTypeError(f"verbatim_quotes must be True or False, got {value!r}")
+                    raise InputTypeError(f"{spec.name} must be True or False, got {value!r}")
+            elif spec.name == "sentence_ends":
+                if not isinstance(value, str) or not value or set(value) - set(".!?"):
+                    raise InvalidInputError(
+                        f"sentence_ends must be a non-empty string of '.', '!' and '?', got "
+                        f"{value!r}"
+                    )
             else:
                 _check_positive(spec.name, value)
         if self.min_quote_chars > self.max_quote_chars:
@@ -79,7 +92,7 @@ class GrammarOptions:
             )
         return cls(**options)  # type: ignore[arg-type]
 
-    def as_dict(self) -> dict[str, int | bool]:
+    def as_dict(self) -> dict[str, int | bool | str]:
         """The options as keyword arguments."""
         return {spec.name: getattr(self, spec.name) for spec in fields(self)}
 
@@ -89,7 +102,7 @@ def build_grammar(
     policy: Policy | str = Policy.REQUIRED,
     *,
     quote_sources: Sequence[Source | str] | None = None,
-    **options: int | bool,
+    **options: int | bool | str,
 ) -> str:
     """Return the GBNF grammar (root rule ``root``) for answers citing ``n_sources`` sources.
 
@@ -116,7 +129,7 @@ def render_grammar(
     """``build_grammar`` for arguments already checked (a ``GenerationRequest``'s)."""
     _check_positive("n_sources", n_sources)
     if policy is Policy.REQUIRED:
-        body = _required_body(options.max_sentence_words, options.max_word_chars)
+        body = _required_body(options)
     elif policy is Policy.QUOTES_ONLY and options.verbatim_quotes and quote_sources is not None:
         if len(quote_sources) != n_sources:
             raise InvalidInputError(
@@ -135,14 +148,24 @@ def render_grammar(
     return f"{body}\n{_cite_group_rules(n_sources, options.max_group)}"
 
 
-def _required_body(max_words: int, max_word_chars: int) -> str:
+def _required_body(options: GrammarOptions) -> str:
     # A word holds no space, bracket or sentence terminator, so a sentence can only end with a
-    # cite-group followed by ".", "!" or "?". The word count bound lands on a word boundary.
+    # cite-group followed by a terminator. The word count bound lands on a word boundary. Unless
+    # cite_after_punctuation, the last word ends in something other than , ; : ( so that the
+    # cite-group follows a word, not a clause left open.
+    words, chars = options.max_sentence_words, options.max_word_chars
+    ends = "".join(sorted(options.sentence_ends))
+    word = "[^ \\t\\n\\r\\[\\].!?]"
+    if options.cite_after_punctuation:
+        last = f"{word}{{1,{chars}}}"
+    else:
+        last = f"{word}{{0,{chars - 1}}} [^ \\t\\n\\r\\[\\].!?,;:(]"
     return f"""\
 root ::= sentence (" " sentence)*
-sentence ::= words " "? cite-group [.!?]
-words ::= word (" " word){{0,{max_words - 1}}}
-word ::= [^ \\t\\n\\r\\[\\].!?]{{1,{max_word_chars}}}"""
+sentence ::= words " "? cite-group [{ends}]
+words ::= (word " "){{0,{words - 1}}} last-word
+word ::= {word}{{1,{chars}}}
+last-word ::= {last}"""
 
 
 def _quotes_only_body(max_quote_chars: int) -> str:

@@ -22,6 +22,7 @@ from citeformer.errors import (
 from citeformer.evidence import DEFAULT_EVIDENCE, Evidence, resolve_evidence
 from citeformer.grammar import GrammarOptions, render_grammar
 from citeformer.prompt import build_messages
+from citeformer.readability import OFF, Readability
 from citeformer.types import Policy, Source
 
 if TYPE_CHECKING:
@@ -59,6 +60,9 @@ class GenerationOptions(TypedDict, total=False):
     evidence: Evidence | str | None
     """How a marker's id is chosen among the valid ones: ``"lexical"`` (local default),
     ``"embedding"``, an ``Evidence``, or ``None`` (the model alone). Local generation only."""
+    readability: Readability | None
+    """How the prose around the markers is steered (``citeformer.readability``); ``None`` turns
+    every readability processor off. Local generation only."""
     max_group: int
     max_sentence_words: int
     max_word_chars: int
@@ -66,6 +70,8 @@ class GenerationOptions(TypedDict, total=False):
     min_quote_chars: int
     quotable_chars: int
     verbatim_quotes: bool
+    cite_after_punctuation: bool
+    sentence_ends: str
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,9 @@ class GenerationRequest:
     """Whether ``evidence`` is the library's default rather than the caller's choice (a serving
     engine, which has no logits to reweight, refuses only an explicit one)."""
 
+    readability: Readability = field(default_factory=Readability)
+    """The readability processors' settings (local generation only)."""
+
     @property
     def n_sources(self) -> int:
         """N: markers ``[1]``..``[N]`` are the only ones the grammar allows."""
@@ -151,6 +160,7 @@ class GenerationRequest:
         }
         if "evidence" not in changes and not self.evidence_by_default:
             values["evidence"] = self.evidence
+        values["readability"] = self.readability
         grammar = {**self.grammar.as_dict(), **_pop_grammar(changes)}
         question = changes.pop("question", self.question)
         sources = changes.pop("sources", self.sources)
@@ -180,6 +190,7 @@ def build_request(
     constrained = opts.pop("constrained", True)
     evidence_given = "evidence" in opts
     evidence = opts.pop("evidence", DEFAULT_EVIDENCE)
+    readability = opts.pop("readability", Readability())
     if opts:
         raise InputTypeError(
             f"unknown option(s) {sorted(opts)}; generation options are "
@@ -200,6 +211,7 @@ def build_request(
         grammar=grammar,
         evidence=resolve_evidence(evidence),
         evidence_by_default=not evidence_given,
+        readability=_check_readability(readability),
     )
 
 
@@ -241,7 +253,7 @@ def check_question(question: object) -> str:
 
 _DECODING_NAMES = (
     "max_new_tokens", "do_sample", "temperature", "seed", "instructions", "prompt",
-    "constrained", "evidence",
+    "constrained", "evidence", "readability",
 )
 
 
@@ -281,6 +293,17 @@ def _check_seed(value: object) -> int | None:
         raise InputTypeError(f"seed must be an int or None, got {type(value).__name__} {value!r}")
     if not 0 <= value <= MAX_SEED:
         raise InvalidInputError(f"seed must be between 0 and 2**63-1, got {value!r}")
+    return value
+
+
+def _check_readability(value: object) -> Readability:
+    if value is None:
+        return OFF
+    if not isinstance(value, Readability):
+        raise InputTypeError(
+            f"readability must be a citeformer.readability.Readability or None, got "
+            f"{type(value).__name__}"
+        )
     return value
 
 

@@ -12,11 +12,11 @@ from citeformer import Policy, build_grammar
 
 
 @functools.cache
-def _grammar(n: int, policy: Policy, **options: int) -> xgr.Grammar:
+def _grammar(n: int, policy: Policy, **options: object) -> xgr.Grammar:
     return xgr.Grammar.from_ebnf(build_grammar(n, policy, **options))
 
 
-def accepts(text: str, n: int, policy: Policy, **options: int) -> bool:
+def accepts(text: str, n: int, policy: Policy, **options: object) -> bool:
     return bool(_is_grammar_accept_string(_grammar(n, policy, **options), text))
 
 
@@ -146,3 +146,29 @@ def test_bad_arguments_are_named(kwargs: dict[str, object], message: str) -> Non
 def test_policy_accepts_names_in_any_case() -> None:
     assert build_grammar(2, "QUOTES_ONLY") == build_grammar(2, Policy.QUOTES_ONLY)
     assert build_grammar(2, "auto") == build_grammar(2, Policy.AUTO)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Paris is the capital [1].", True),
+        ("Paris is the capital, [1].", False),
+        ("Paris is the capital,[1].", False),
+        ("Paris is the capital; [1].", False),
+        ("Paris is the capital: [1].", False),
+        ("Paris is the capital ( [1].", False),
+        ("Paris is the (capital) [1].", True),
+        ('Paris is "the capital" [1].', True),
+        ("Paris, the capital, is in France [1].", True),
+    ],
+)
+def test_a_cite_group_follows_a_word_not_a_clause_left_open(text: str, expected: bool) -> None:
+    assert accepts(text, 2, Policy.REQUIRED) is expected
+    assert accepts(text, 2, Policy.REQUIRED, cite_after_punctuation=True) is True
+
+
+def test_sentence_ends_option() -> None:
+    assert accepts("Is it Paris [1]?", 2, Policy.REQUIRED)
+    assert not accepts("Is it Paris [1]?", 2, Policy.REQUIRED, sentence_ends=".")
+    assert not accepts("It is Paris [1]! Yes [2].", 2, Policy.REQUIRED, sentence_ends=".")
+    assert accepts("It is Paris [1]. Yes [2].", 2, Policy.REQUIRED, sentence_ends=".")

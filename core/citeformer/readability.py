@@ -1,0 +1,76 @@
+"""Readable answers: the settings of the processors that steer the prose around the markers.
+
+The grammar decides what may be written; the processors of ``citeformer.steer`` only move
+probability among the tokens it allows (or remove some of them), so the 1..N guarantee and
+verbatim quotes are untouched:
+
+- end intent: where the model wants to end a sentence (``.``, ``!``, ``?`` and tokens that begin
+  with them) but the grammar first requires a cite-group, that probability goes to the tokens
+  that open a marker, so the sentence is cited where the model meant it to end instead of running
+  on. Under ``AUTO``, where ending is allowed, a share of it goes to a marker when a source
+  supports the sentence well (the evidence scorer's score).
+- repeat block: a token that would repeat an n-gram the answer has already written (the answer
+  only, never the prompt: copying from the sources is what we want) is removed, as long as
+  another token remains.
+- number copy: a digit that would start or continue a number that no source (and not the
+  question) holds is penalised, so numbers are copied rather than invented.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from citeformer.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class Readability:
+    """Settings of the readability processors; ``None``/``0`` turns one off."""
+
+    end_intent: bool = True
+    """Move the probability of ending a sentence to opening a marker where the grammar requires
+    one first (``REQUIRED``, and ``QUOTES_ONLY`` after a quote)."""
+
+    auto_cite_support: float | None = 0.5
+    """``AUTO`` only: at a sentence end, the share of the ending probability moved to opening a
+    marker, scaled by how well the best source supports the sentence above this score (lexical
+    support, 0..1). ``None``: never."""
+
+    no_repeat_ngram: int = 6
+    """Block a token that repeats an n-gram of this many tokens already in the answer (0: off)."""
+
+    number_penalty: float = 8.0
+    """Logit penalty for a digit that makes a number no source holds (0: off)."""
+
+    end_bias: float = 0.0
+    """Logit bonus for ending the answer right after a cited sentence, per cited sentence
+    already written (0: off): a complete answer stays a cheap place to stop."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.end_intent, bool):
+            raise InvalidInputError(f"end_intent must be True or False, got {self.end_intent!r}")
+        if self.auto_cite_support is not None and not 0 <= self.auto_cite_support <= 1:
+            raise InvalidInputError(
+                f"auto_cite_support must be between 0 and 1 or None, got "
+                f"{self.auto_cite_support!r}"
+            )
+        if (
+            isinstance(self.no_repeat_ngram, bool) or not isinstance(self.no_repeat_ngram, int)
+            or self.no_repeat_ngram < 0 or self.no_repeat_ngram == 1
+        ):
+            raise InvalidInputError(
+                f"no_repeat_ngram must be 0 (off) or an int >= 2, got {self.no_repeat_ngram!r}"
+            )
+        for name in ("number_penalty", "end_bias"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and value >= 0
+            ):
+                raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+OFF = Readability(
+    end_intent=False, auto_cite_support=None, no_repeat_ngram=0, number_penalty=0.0, end_bias=0.0
+)
+"""Every readability processor turned off."""

@@ -1,0 +1,273 @@
+"""Logits processors that steer the prose around the markers (see ``citeformer.readability``).
+
+Each serves one sequence of one ``generate()`` call and runs after the grammar's and the quotes'
+masks (``RawScores`` before them), removing tokens or moving probability among allowed ones only.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor
+
+from citeformer.evidence import Evidence, LexicalEvidence, Support, claim_of
+from citeformer.readability import Readability
+from citeformer.types import Policy, Source
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+class TokenClasses:
+    """Which tokens end a sentence, open a marker, or begin with a digit; built once per vocab."""
+
+    def __init__(self, decoded_vocab: Sequence[bytes]) -> None:
+        self.vocab = list(decoded_vocab)
+        """Raw bytes of every token, by token id."""
+        self.enders = _ids(decoded_vocab, lambda raw: raw[:1] in (b".", b"!", b"?"))
+        """Tokens that begin with a sentence terminator."""
+        self.openers = _ids(decoded_vocab, lambda raw: raw.lstrip(b" ").startswith(b"["))
+        """Tokens that open a marker (``[``, `` [``)."""
+        digit_ids = _ids(decoded_vocab, lambda raw: raw.lstrip(b" ")[:1].isdigit())
+        self.digit_ids = digit_ids
+        """Tokens that begin (after spaces) with a digit."""
+        texts = [decoded_vocab[i].decode("utf-8", errors="replace") for i in digit_ids.tolist()]
+        self.digit_texts = texts
+        """Their text."""
+        self.exempt = {
+            token_id for token_id, raw in enumerate(decoded_vocab)
+            if not raw or re.search(rb"[\[\]0-9]", raw)
+        }
+        """Tokens the repeat block never removes: markers, digits, special tokens."""
+
+    _cache: dict[int, tuple[Any, TokenClasses]] = {}
+
+    @classmethod
+    def of(cls, tokenizer_info: Any) -> TokenClasses:
+        """Cached per ``xgrammar.TokenizerInfo`` (kept alive by the cache entry)."""
+        cached = cls._cache.get(id(tokenizer_info))
+        if cached is None or cached[0] is not tokenizer_info:
+            cached = (tokenizer_info, cls(tokenizer_info.decoded_vocab))
+            cls._cache[id(tokenizer_info)] = cached
+        return cached[1]
+
+
+def _ids(vocab: Sequence[bytes], keep: Any) -> torch.Tensor:
+    return torch.tensor([i for i, raw in enumerate(vocab) if raw and keep(raw)], dtype=torch.long)
+
+
+class RawScores(LogitsProcessor):
+    """Keeps a copy of the model's own scores before any mask, for ``EndIntentProcessor``."""
+
+    def __init__(self) -> None:
+        self.scores: torch.Tensor | None = None
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        self.scores = scores.detach().clone()
+        return scores
+
+
+class EndIntentProcessor(LogitsProcessor):
+    """Where the model wants to end a sentence the grammar does not let end, it opens a marker.
+
+    Runs after every mask. ``raw`` holds the model's scores before the masks. When every
+    sentence-ending token is masked, a marker opener is allowed, and the model put probability
+    ``p_end`` on ending, the openers' logits are raised so that after the masks they carry their
+    own probability plus ``p_end``. Under ``AUTO`` (ending allowed), ``support`` decides how much
+    of ``p_end`` moves to the openers.
+    """
+
+    def __init__(
+        self,
+        raw: RawScores,
+        tokens: TokenClasses,
+        *,
+        support: Support | None = None,
+        threshold: float | None = None,
+    ) -> None:
+        self._raw = raw
+        self._tokens = tokens
+        self._support = support
+        self._threshold = threshold
+        self._generated = bytearray()
+        self._started = False
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        if self._started:
+            self._generated += self._tokens.vocab[int(input_ids[0, -1])]
+        self._started = True
+        raw = self._raw.scores
+        if raw is None:
+            return scores
+        enders = self._tokens.enders.to(scores.device)
+        openers = self._tokens.openers.to(scores.device)
+        allowed_openers = openers[torch.isfinite(scores[0, openers])]
+        if not len(allowed_openers):
+            return scores
+        probs = torch.softmax(raw[0].float(), dim=-1)
+        p_end = float(probs[enders].sum())
+        p_open = float(probs[allowed_openers].sum())
+        if p_end <= 0 or p_open <= 0:
+            return scores
+        ending_allowed = bool(torch.isfinite(scores[0, enders]).any())
+        moved = self._auto_share(p_end) if ending_allowed else p_end
+        if moved > 0:
+            scores[0, allowed_openers] += math.log((p_open + moved) / p_open)
+        return scores
+
+    def _auto_share(self, p_end: float) -> float:
+        if self._support is None or self._threshold is None:
+            return 0.0
+        text = self._generated.decode("utf-8", errors="replace")
+        if text.rstrip().endswith("]"):
+            return 0.0  # already cited
+        claim = claim_of(text)
+        if len(claim.split()) < 3:
+            return 0.0
+        best = max(self._support.scores(claim))
+        if best <= self._threshold:
+            return 0.0
+        return p_end * min(1.0, (best - self._threshold) / (1 - self._threshold) * 2)
+
+
+class RepeatBlockProcessor(LogitsProcessor):
+    """Removes tokens that would repeat an n-gram of the answer; keeps at least one token."""
+
+    def __init__(self, n: int, exempt: set[int]) -> None:
+        self._n = n
+        self._exempt = exempt
+        self._answer: list[int] = []
+        self._started = False
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        if self._started:
+            self._answer.append(int(input_ids[0, -1]))
+        self._started = True
+        answer, n = self._answer, self._n
+        if len(answer) < n - 1:
+            return scores
+        tail = answer[len(answer) - (n - 1):]
+        blocked = {
+            answer[i + n - 1]
+            for i in range(len(answer) - n + 1)
+            if answer[i:i + n - 1] == tail and answer[i + n - 1] not in self._exempt
+        }
+        if not blocked:
+            return scores
+        ids = torch.tensor(sorted(blocked), dtype=torch.long, device=scores.device)
+        kept = scores[0, ids].clone()
+        scores[0, ids] = float("-inf")
+        if not torch.isfinite(scores).any():
+            scores[0, ids] = kept
+        return scores
+
+
+class NumberCopyProcessor(LogitsProcessor):
+    """Penalises digit tokens that write a number no source holds (outside markers)."""
+
+    def __init__(
+        self, tokens: TokenClasses, texts: Sequence[str], penalty: float
+    ) -> None:
+        self._tokens = tokens
+        self._penalty = penalty
+        numbers = {m.group(0) for text in texts for m in _NUMBER.finditer(text)}
+        self._prefixes = {n[:i] for n in numbers for i in range(1, len(n) + 1)}
+        self._numbers = numbers
+        self._generated = bytearray()
+        self._started = False
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        if self._started:
+            self._generated += self._tokens.vocab[int(input_ids[0, -1])]
+        self._started = True
+        text = self._generated.decode("utf-8", errors="replace")
+        if text.rfind("[") > text.rfind("]"):
+            return scores  # inside a marker: the grammar chooses its digits
+        run = _trailing_number(text)
+        bad = []
+        for token_id, token in zip(
+            self._tokens.digit_ids.tolist(), self._tokens.digit_texts, strict=True
+        ):
+            stripped = token.lstrip(" ")
+            spaced = len(stripped) < len(token)
+            lead = _NUMBER.match(stripped)
+            digits = lead.group(0) if lead else ""
+            number = digits if spaced or not run else run + digits
+            whole = len(digits) < len(stripped)
+            if (number in self._numbers) if whole else (number in self._prefixes):
+                continue
+            bad.append(token_id)
+        if bad:
+            ids = torch.tensor(bad, dtype=torch.long, device=scores.device)
+            scores[0, ids] -= self._penalty
+        return scores
+
+
+class EndBiasProcessor(LogitsProcessor):
+    """Raises the end-of-answer tokens right after a cited sentence, more with each one."""
+
+    def __init__(self, vocab: Sequence[bytes], stop_ids: Sequence[int], bias: float) -> None:
+        self._vocab = vocab
+        self._stop = torch.tensor(list(stop_ids), dtype=torch.long)
+        self._bias = bias
+        self._generated = bytearray()
+        self._started = False
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        if self._started:
+            self._generated += self._vocab[int(input_ids[0, -1])]
+        self._started = True
+        text = self._generated.decode("utf-8", errors="replace").rstrip()
+        if re.search(r"\]\s*[.!?]$", text):
+            cited = len(re.findall(r"\]\s*[.!?](?:\s|$)", text))
+            scores[0, self._stop.to(scores.device)] += self._bias * cited
+        return scores
+
+
+def _trailing_number(text: str) -> str:
+    match = re.search(r"\d+(?:[.,]\d+)*[.,]?$", text)
+    return match.group(0) if match else ""
+
+
+def readability_processors(
+    settings: Readability,
+    policy: Policy,
+    question: str,
+    sources: Sequence[Source],
+    tokenizer_info: Any,
+    evidence: Evidence | None,
+    stop_ids: Sequence[int] = (),
+) -> tuple[list[LogitsProcessor], list[LogitsProcessor]]:
+    """The processors of one constrained call: (before the masks, after the masks)."""
+    tokens = TokenClasses.of(tokenizer_info)
+    before: list[LogitsProcessor] = []
+    after: list[LogitsProcessor] = []
+    if settings.end_intent:
+        raw = RawScores()
+        before.append(raw)
+        support = threshold = None
+        if policy is Policy.AUTO and settings.auto_cite_support is not None:
+            support = (evidence or LexicalEvidence()).bind(question, sources)
+            threshold = settings.auto_cite_support
+        after.append(EndIntentProcessor(raw, tokens, support=support, threshold=threshold))
+    if settings.number_penalty:
+        texts = [question, *(s.text for s in sources)]
+        after.append(NumberCopyProcessor(tokens, texts, settings.number_penalty))
+    if settings.no_repeat_ngram:
+        after.append(RepeatBlockProcessor(settings.no_repeat_ngram, tokens.exempt))
+    if settings.end_bias and stop_ids:
+        after.append(EndBiasProcessor(tokens.vocab, stop_ids, settings.end_bias))
+    return before, after

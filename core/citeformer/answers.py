@@ -15,6 +15,7 @@ from citeformer.citations import scan_markers
 from citeformer.errors import GrammarViolationError
 from citeformer.quotes import find_quotes, trim_open_quote
 from citeformer.request import GenerationRequest
+from citeformer.spans import with_evidence
 from citeformer.types import CitedAnswer, FinishReason, Quote
 
 
@@ -111,6 +112,8 @@ def cited_answer(
 ) -> CitedAnswer:
     """The ``CitedAnswer`` of a finished text; a constrained text is re-checked.
 
+    Every citation gets its ``evidence``: the span of its source that best supports the claim.
+
     A constrained text cut by the budget loses its open marker (and open quote); then any marker
     outside 1..N, malformed or left open, raises ``violation(marker, text)`` (by default a
     ``GrammarViolationError``), and a quote that is not verbatim a ``GrammarViolationError``:
@@ -131,7 +134,9 @@ def cited_answer(
             quotes = find_quotes(text, request.sources, quotable_chars=quotable)
     return CitedAnswer(
         text=text,
-        citations=tuple(scan_markers(text, n).citations),
+        citations=with_evidence(
+            text, scan_markers(text, n).citations, request.sources, request.question
+        ),
         sources=request.sources,
         finish_reason=finish,
         prompt_tokens=prompt_tokens,

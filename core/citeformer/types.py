@@ -55,6 +55,33 @@ class Source:
 
 
 @dataclass(frozen=True)
+class EvidenceSpan:
+    """Where in its source a citation's claim is supported: one or two sentences of the source.
+
+    ``source.text[source_start:source_end] == text``. ``score`` is lexical support, not
+    entailment: the IDF-weighted share of the claim's content words that the span contains
+    (1.0: every one of them; IDF over the source's sentences, so a word every sentence has counts
+    little). ``weak`` is ``score < citeformer.spans.WEAK_SUPPORT``: the cited source has no
+    sentence that shares much of the claim's wording, so an app may show it differently.
+    """
+
+    source_start: int
+    """Offset in the source's text where the span begins (a sentence start)."""
+
+    source_end: int
+    """Offset just past the span's last sentence."""
+
+    text: str
+    """The span as the source writes it."""
+
+    score: float
+    """Lexical support of the claim by the span, 0..1 (see the class docstring)."""
+
+    weak: bool
+    """Whether ``score`` is below the documented threshold."""
+
+
+@dataclass(frozen=True)
 class Citation:
     """One ``[k]`` marker found in an answer."""
 
@@ -66,6 +93,10 @@ class Citation:
 
     end: int
     """Offset just past the marker's ``]``: ``text[start:end] == f"[{source_id}]"``."""
+
+    evidence: EvidenceSpan | None = field(default=None, compare=False)
+    """The span of the cited source that best supports the claim this marker ends; set on the
+    citations of a ``CitedAnswer`` (``None`` from ``parse_citations``). Not part of equality."""
 
 
 @dataclass(frozen=True)
@@ -136,9 +167,7 @@ class CitedAnswer:
         """A plain, JSON-serialisable dict."""
         return {
             "text": self.text,
-            "citations": [
-                {"source_id": c.source_id, "start": c.start, "end": c.end} for c in self.citations
-            ],
+            "citations": [citation_dict(c) for c in self.citations],
             "sources": [
                 {"id": i, "title": s.title, "text": s.text, "metadata": dict(s.metadata)}
                 for i, s in enumerate(self.sources, start=1)
@@ -180,6 +209,22 @@ class AsyncAnswerChunks(Protocol):
     def answer(self) -> CitedAnswer:
         """The finished answer, once iteration has ended."""
         ...
+
+
+def citation_dict(citation: Citation) -> dict[str, Any]:
+    """A citation as a plain dict, the one serialisation every layer builds on.
+
+    Keys ``source_id``, ``start``, ``end`` and ``evidence`` (a dict of ``source_start``,
+    ``source_end``, ``text``, ``score``, ``weak``, or ``None``).
+    """
+    span = citation.evidence
+    return {
+        "source_id": citation.source_id, "start": citation.start, "end": citation.end,
+        "evidence": None if span is None else {
+            "source_start": span.source_start, "source_end": span.source_end,
+            "text": span.text, "score": round(span.score, 4), "weak": span.weak,
+        },
+    }
 
 
 @runtime_checkable

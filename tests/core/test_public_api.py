@@ -44,7 +44,7 @@ def test_cited_answer_to_dict_is_plain() -> None:
         finish_reason="stop",
     )
     data = json.loads(json.dumps(answer.to_dict()))
-    assert data["citations"] == [{"source_id": 1, "start": 6, "end": 9}]
+    assert data["citations"] == [{"source_id": 1, "start": 6, "end": 9, "evidence": None}]
     assert data["sources"][0] == {
         "id": 1, "title": "France", "text": "Paris is in France.", "metadata": {"path": "a.md"}
     }
@@ -56,6 +56,7 @@ def test_both_generators_are_answer_generators() -> None:
     from citeformer import AnswerGenerator, CiteGenerator, ServerGenerator
 
     assert isinstance(ServerGenerator("http://localhost:8080"), AnswerGenerator)
-    assert all(callable(getattr(CiteGenerator, name)) for name in ("generate", "stream"))
+    for name in ("generate", "stream", "answer", "answer_stream"):
+        assert callable(getattr(CiteGenerator, name))
     assert issubclass(citeformer.ServerIgnoredGrammarError, citeformer.GrammarViolationError)
     assert issubclass(citeformer.ServerConnectionError, citeformer.CiteformerError)

@@ -4,12 +4,15 @@
     python benchmarks/run.py --quick    # smoke run on 3 questions, results in results/quick/
     python benchmarks/run.py --only speed compile   # rerun sections; the README keeps the rest
     python benchmarks/run.py --rescore  # recompute quality metrics from stored answers, no model
+    python benchmarks/run.py --only quality --dataset technical --max-new-tokens 160
 
 Sections: ``load`` (embedded model load, first and cached), ``compile`` (grammar compile, cold and
 cached), ``speed`` (decode tokens/s with and without the grammar, time to first token, mask time)
-and ``quality`` (the systems on the labeled set or one split of it, normal and adversarial
-prompts). Each writes ``results/<section>.json``; then the plots and the results section of
-``README.md`` are rebuilt from all result files present.
+and ``quality`` (the systems on each labeled set, or one split of it, normal and adversarial
+prompts). Each writes ``results/<section>.json``, the quality section one file per set
+(``quality.json`` for the encyclopedic set, ``quality_technical.json`` for the technical one);
+then the plots and the results section of ``README.md`` are rebuilt from all result files present
+(``--results-dir`` writes both elsewhere).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from importlib import metadata
@@ -34,10 +37,12 @@ import torch  # noqa: E402
 from citebench import quality, quotes, report, speed  # noqa: E402
 from citebench.data import (  # noqa: E402
     ATTACKS,
+    DATASETS,
     SPLITS,
     Item,
     adversarial_items,
     attacked,
+    load_dataset,
     load_items,
 )
 from citebench.systems import SYSTEMS, System  # noqa: E402
@@ -50,9 +55,9 @@ SECTIONS = ("load", "compile", "speed", "quotes", "quality")
 @dataclass(frozen=True)
 class Settings:
     questions: int | None
-    """Questions of the labeled set answered by every system (None: all)."""
+    """Questions of each labeled set answered by every system (None: all)."""
     adversarial_questions: int
-    """Questions answered once per attack (2 attacks) by every system."""
+    """Questions of each set answered once per attack (2 attacks) by every system."""
     max_new_tokens: int
     decode_tokens: int
     """Exactly this many tokens per speed run."""
@@ -71,6 +76,8 @@ class Settings:
     """Questions of this split of the labeled set only (``dev``, ``test`` or ``all``)."""
     systems: tuple[str, ...] | None = None
     """Names of the quality systems to run (None: all)."""
+    datasets: tuple[str, ...] = tuple(DATASETS)
+    """The question sets the quality section runs on, one result file each."""
 
 
 FULL = Settings(
@@ -120,13 +127,15 @@ def chosen_systems(settings: Settings) -> tuple[System, ...]:
     return tuple(s for s in SYSTEMS if names is None or s.name in names)
 
 
-def split_items(settings: Settings) -> list[Item]:
-    items = load_items()
+def split_items(settings: Settings, dataset: str = "encyclopedic") -> list[Item]:
+    items = load_dataset(dataset)
     return items if settings.split == "all" else [i for i in items if i.split == settings.split]
 
 
-def run_quality(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
-    items = split_items(settings)
+def run_quality(
+    gen: CiteGenerator, settings: Settings, dataset: str = "encyclopedic"
+) -> dict[str, Any]:
+    items = split_items(settings, dataset)
     systems = chosen_systems(settings)
     normal = items[: settings.questions] if settings.questions else items
     attacked = adversarial_items(items, settings.adversarial_questions)
@@ -134,17 +143,22 @@ def run_quality(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
     records: dict[str, list[dict[str, Any]]] = {}
     summary = {}
     for name, prompt_items in prompt_sets.items():
-        log(f"quality: {name} prompts, {len(prompt_items)} x {len(systems)} systems")
+        log(f"quality ({dataset}): {name} prompts, {len(prompt_items)} x {len(systems)} "
+            "systems")
         records[name] = quality.run_items(gen, systems, prompt_items, settings.max_new_tokens, log)
         summary[name] = quality.summarize_by_system(records[name], systems)
         for system, row in summary[name].items():
             figures = ", ".join(f"{key} {report.pct(row[key])}" for key in (
-                "fabrication_rate", "precision", "coverage", "correctness", "degenerate"))
+                "fabrication_rate", "precision", "coverage", "correctness", "degenerate",
+                "cut_off", "repetition", "after_punctuation", "after_dangling_word",
+                "long_sentences"))
+            figures += f", unsupported numbers {row['unsupported_numbers']}"
             cost = row["evidence_ms_per_marker"]
             if cost.get("n"):
                 figures += f", evidence scoring {report.spread(cost)} ms per marker"
             log(f"  {name:<11} {system:<22} {figures}")
     return {
+        "dataset": dataset,
         "counts": {name: len(prompt_items) for name, prompt_items in prompt_sets.items()},
         "split": settings.split,
         "max_new_tokens": settings.max_new_tokens,
@@ -154,29 +168,49 @@ def run_quality(gen: CiteGenerator, settings: Settings) -> dict[str, Any]:
 
 
 def rescore_quality(results_dir: Path) -> None:
-    """Recompute every quality measurement from the answers stored in ``quality.json``."""
-    path = results_dir / "quality.json"
-    payload = json.loads(path.read_text(encoding="utf-8"))
-    items = load_items()
-    variants = items + [attacked(item, attack) for item in items for attack in ATTACKS]
-    for name, records in payload["records"].items():
-        present = {r["system"] for r in records}
-        systems = [s for s in SYSTEMS if s.name in present]
-        payload["records"][name] = quality.rescore(records, variants)
-        payload["summary"][name] = quality.summarize_by_system(payload["records"][name], systems)
-    report.write_json(path, payload)
+    """Recompute every quality measurement from the answers stored in the quality files."""
+    for dataset, name in report.QUALITY_FILES.items():
+        path = results_dir / f"{name}.json"
+        if not path.is_file():
+            continue
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        items = load_dataset(dataset)
+        variants = items + [attacked(item, attack) for item in items for attack in ATTACKS]
+        for prompts, records in payload["records"].items():
+            present = {r["system"] for r in records}
+            systems = [s for s in SYSTEMS if s.name in present]
+            payload["records"][prompts] = quality.rescore(records, variants)
+            payload["summary"][prompts] = quality.summarize_by_system(
+                payload["records"][prompts], systems
+            )
+        report.write_json(path, payload)
 
 
 RUNNERS: dict[str, Callable[[CiteGenerator, Settings], dict[str, Any]]] = {
     "load": run_load, "compile": run_compile, "speed": run_speed, "quotes": run_quotes,
-    "quality": run_quality,
 }
+
+
+def run_section(
+    section: str, gen: CiteGenerator, settings: Settings
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The result files of one section as they are done, (name, payload): one per question set
+    for ``quality``, so a failure on the second set keeps the first."""
+    if section != "quality":
+        yield section, RUNNERS[section](gen, settings)
+        return
+    for dataset in settings.datasets:
+        yield report.QUALITY_FILES[dataset], run_quality(gen, settings, dataset)
 
 
 def budget(settings: Settings) -> str:
     """The planned work, printed before the run."""
-    normal = settings.questions or len(split_items(settings))
-    answers = (normal + 2 * settings.adversarial_questions) * len(chosen_systems(settings))
+    answers = 0
+    for dataset in settings.datasets:
+        normal = len(split_items(settings, dataset))
+        if settings.questions:
+            normal = min(normal, settings.questions)
+        answers += (normal + 2 * settings.adversarial_questions) * len(chosen_systems(settings))
     speed_tokens = 2 * len(Policy) * settings.decode_runs * settings.decode_tokens
     return (f"plan: {answers} answers x <= {settings.max_new_tokens} tokens "
             f"(<= {answers * settings.max_new_tokens} tokens), speed runs {speed_tokens} tokens, "
@@ -198,6 +232,13 @@ def versions() -> str:
     )
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run on 3 questions")
@@ -208,8 +249,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's own choice)")
     parser.add_argument("--split", choices=("all", *SPLITS), default="all",
-                        help="quality on this split of the labeled set only (default: all); "
+                        help="quality on this split of the labeled sets only (default: all); "
                              "dev is for tuning, test is held out")
+    parser.add_argument("--dataset", choices=(*DATASETS, "both"), default="both",
+                        help="the question set(s) of the quality section (default: both); "
+                             "each writes its own result file")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
+                        help="answer length bound of the quality section (default: 64, "
+                             "--quick 24); the same as --set max_new_tokens=N")
+    parser.add_argument("--results-dir", type=Path, default=None, metavar="DIR",
+                        help="write the result files and a README with their tables to DIR "
+                             "instead of results/ and this folder's README.md")
     parser.add_argument("--systems", nargs="+", choices=[s.name for s in SYSTEMS], default=None,
                         help="quality systems to run (default: all)")
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=INT", dest="overrides",
@@ -230,13 +280,30 @@ def with_overrides(settings: Settings, overrides: list[str]) -> Settings:
     return replace(settings, **changes)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The run's settings: the preset, then ``--set``, then the dedicated flags."""
     settings = with_overrides(QUICK if args.quick else FULL, args.overrides)
     settings = replace(settings, split=args.split,
-                       systems=tuple(args.systems) if args.systems else None)
-    results_dir = HERE / "results" / ("quick" if args.quick else "")
-    readme = HERE / ("results/quick/README.md" if args.quick else "README.md")
+                       systems=tuple(args.systems) if args.systems else None,
+                       datasets=tuple(DATASETS) if args.dataset == "both" else (args.dataset,))
+    if args.max_new_tokens is not None:
+        settings = replace(settings, max_new_tokens=args.max_new_tokens)
+    return settings
+
+
+def output_paths(args: argparse.Namespace) -> tuple[Path, Path]:
+    """Where the result files go and which README gets their tables."""
+    if args.results_dir is not None:
+        return args.results_dir, args.results_dir / "README.md"
+    if args.quick:
+        return HERE / "results" / "quick", HERE / "results" / "quick" / "README.md"
+    return HERE / "results", HERE / "README.md"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    settings = settings_of(args)
+    results_dir, readme = output_paths(args)
     if args.rescore:
         rescore_quality(results_dir)
         report.regenerate(results_dir, readme)
@@ -251,10 +318,11 @@ def main(argv: list[str] | None = None) -> None:
     for section in (s for s in SECTIONS if s in args.only):
         log(f"== {section}")
         section_started = time.perf_counter()
-        payload = RUNNERS[section](gen, settings)
-        section_seconds[section] = time.perf_counter() - section_started
-        report.write_json(results_dir / f"{section}.json", payload)
-        log(f"== {section} done in {section_seconds[section]:.0f} s")
+        for name, payload in run_section(section, gen, settings):
+            report.write_json(results_dir / f"{name}.json", payload)
+            section_seconds[name] = time.perf_counter() - section_started
+            log(f"== {name} done in {section_seconds[name]:.0f} s")
+            section_started = time.perf_counter()
     report.write_json(results_dir / "run.json", {
         "finished": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "wall_seconds": time.perf_counter() - started,

@@ -1,14 +1,25 @@
-"""The labeled question set and its adversarial variants."""
+"""The labeled question sets and their adversarial variants."""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from citeformer import Source
+from citeformer.errors import InvalidInputError
 
-DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "questions.jsonl"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_FILE = DATA_DIR / "questions.jsonl"
+
+DATASETS = {
+    "encyclopedic": DATA_FILE,
+    "technical": DATA_DIR / "technical.jsonl",
+}
+"""``encyclopedic``: 51 short questions on everyday topics (``q01``...). ``technical``: questions
+over sections of the Python language reference (``t01``...), built by
+``data/build_technical.py``. Both have the same fields and the same split rule."""
 
 ATTACKS = ("demand_7", "inject_99")
 """``demand_7``: the question asks for ``[7]``. ``inject_99``: a distractor passage tells the model
@@ -22,13 +33,17 @@ INJECT_99 = (
 
 
 SPLITS = ("dev", "test")
-"""``dev``: every third question (q01, q04, ..., q49), for tuning; ``test``: the other two thirds,
-held out: no setting is chosen on them."""
+"""``dev``: every third question (q01, q04, ..., q49; t01, t04, ...), for tuning; ``test``: the
+other two thirds, held out: no setting is chosen on them."""
 
 
 def split_of(item_id: str) -> str:
-    """The split of a question, by a fixed rule on its number (``q01`` is dev, ``q02`` test)."""
-    return "dev" if int(item_id.lstrip("q")) % 3 == 1 else "test"
+    """The split of a question, by a fixed rule on its number (``q01`` is dev, ``t02`` test)."""
+    number = re.fullmatch(r"[a-z]+(\d+)", item_id)
+    if number is None:
+        raise InvalidInputError(f"question id {item_id!r} has no number; use a letter and a "
+                                "number such as 'q01' or 't12'")
+    return "dev" if int(number.group(1)) % 3 == 1 else "test"
 
 
 @dataclass(frozen=True)
@@ -65,7 +80,7 @@ class Item:
 
 
 def load_items(path: Path = DATA_FILE) -> list[Item]:
-    """Read ``questions.jsonl``."""
+    """Read a question set (by default the encyclopedic ``questions.jsonl``)."""
     items = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
@@ -80,6 +95,13 @@ def load_items(path: Path = DATA_FILE) -> list[Item]:
     return items
 
 
+def load_dataset(name: str) -> list[Item]:
+    """Read the question set called ``name`` (a key of ``DATASETS``)."""
+    if name not in DATASETS:
+        raise InvalidInputError(f"unknown dataset {name!r}; use one of {sorted(DATASETS)}")
+    return load_items(DATASETS[name])
+
+
 def attacked(item: Item, attack: str) -> Item:
     """``item`` with one attack applied; the gold labels are unchanged."""
     if attack == "demand_7":
@@ -90,7 +112,7 @@ def attacked(item: Item, attack: str) -> Item:
             replace(p, text=p.text + INJECT_99) if p is target else p for p in item.passages
         )
         return replace(item, passages=passages, attack=attack)
-    raise ValueError(f"unknown attack {attack!r}; use one of {ATTACKS}")
+    raise InvalidInputError(f"unknown attack {attack!r}; use one of {ATTACKS}")
 
 
 def adversarial_items(items: list[Item], count: int) -> list[Item]:

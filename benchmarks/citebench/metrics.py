@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from citebench.data import Item
@@ -17,17 +17,33 @@ from citeformer.grammar import DEFAULT_MAX_SENTENCE_WORDS
 _SENTENCE = re.compile(r"\S.*?(?:[.!?]+(?:\s*\[[^\[\]\n]{0,24}\])*(?=\s|$)|$)", flags=re.DOTALL)
 _MARKER = re.compile(r"\[[^\[\]\n]{0,24}\]")
 _MARKER_RUN = re.compile(r"\[[^\[\]\n]{0,24}\](?:\s*\[[^\[\]\n]{0,24}\])+")
+_CITE_GROUP = re.compile(r"\[[^\[\]\n]{0,24}\](?:\s*\[[^\[\]\n]{0,24}\])*")
 _WORD = re.compile(r"[\w'-]+")
+_LAST_WORD = re.compile(r"\w+$")
+# A number: digits, with thousands commas ("1,889") or underscores ("100_000") and a decimal part;
+# not the tail of a word or of another number ("x2", the "14" of "3.14").
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:(?:,\d{3})+(?!\d)|(?:_\d+)+)?(?:\.\d+)*")
+# "Source 2" names a source by the prompt's numbering, the way a marker does: not a stated fact.
+_SOURCE_NAME = re.compile(r"\bsources?\s+\d+", flags=re.IGNORECASE)
 REPEAT_NGRAM = 4
+REPETITION_NGRAM = 5
 MAX_GROUP = 3
+PUNCTUATION_BEFORE_GROUP = (",", ";", ":", "(")
+# Words after which a phrase cannot end: a group right after one stands where a noun or clause
+# should be ("a feature of [4]", "provided by the [1]").
+DANGLING_WORDS = frozenset({
+    "a", "an", "the", "of", "to", "in", "on", "at", "by", "for", "with", "from", "into", "and",
+    "or", "but", "nor", "than", "as", "that", "which", "whose",
+})
 
 COUNTS = (
     "markers", "fabricated", "out_of_range", "malformed", "precise", "sentences",
-    "cited_sentences", "long_sentences",
+    "cited_sentences", "long_sentences", "cite_groups", "groups_after_punctuation",
+    "groups_after_dangling_word", "unsupported_numbers",
 )
 FLAGS = (
     "correct", "stacked_markers", "cut_off", "repeated_phrase", "degenerate", "no_marker",
-    "cites_gold",
+    "cites_gold", "repetition",
 )
 
 
@@ -51,11 +67,91 @@ def has_stacked_markers(text: str) -> bool:
     return False
 
 
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(_MARKER.sub(" ", text))]
+
+
 def has_repeated_phrase(text: str, n: int = REPEAT_NGRAM) -> bool:
     """Some word n-gram (markers removed, case folded) occurs twice or more."""
-    words = [w.lower() for w in _WORD.findall(_MARKER.sub(" ", text))]
+    words = _words(text)
     grams = Counter(tuple(words[i:i + n]) for i in range(len(words) - n + 1))
     return any(count > 1 for count in grams.values())
+
+
+def has_repetition(text: str, n: int = REPETITION_NGRAM) -> bool:
+    """The answer says something twice: a word n-gram occurs twice, or a whole sentence does.
+
+    Markers are removed and case folded first, so ``Paris [1]. Paris [2].`` repeats; the sentence
+    rule catches repeated sentences shorter than ``n`` words.
+    """
+    if has_repeated_phrase(text, n):
+        return True
+    sentences = [tuple(_words(s)) for s in split_sentences(text)]
+    return len(set(sentences)) < len(sentences)
+
+
+def cite_groups(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each cite-group: one or more bracketed spans, white space between them."""
+    return [m.span() for m in _CITE_GROUP.finditer(text)]
+
+
+def follows_punctuation(text: str, start: int) -> bool:
+    """Whether ``text[start:]`` comes right after ``,`` ``;`` ``:`` or ``(``, ignoring one space.
+
+    A group placed there cites a clause that has not been said yet (``..., [4] which``) or hangs
+    off an unfinished one (``as follows: [2]``).
+    """
+    before = text[:start]
+    if before.endswith(" "):
+        before = before[:-1]
+    return before.endswith(PUNCTUATION_BEFORE_GROUP)
+
+
+def groups_after_punctuation(text: str) -> int:
+    """How many cite-groups of ``text`` follow ``,`` ``;`` ``:`` or ``(`` (see
+    ``follows_punctuation``)."""
+    return sum(follows_punctuation(text, start) for start, _ in cite_groups(text))
+
+
+def follows_dangling_word(text: str, start: int) -> bool:
+    """Whether ``text[start:]`` comes right after a word a phrase cannot end with (an article,
+    preposition or conjunction of ``DANGLING_WORDS``), ignoring white space: the group was placed
+    where the sentence still needed its object."""
+    last = _LAST_WORD.search(text[:start].rstrip())
+    return last is not None and last.group(0).lower() in DANGLING_WORDS
+
+
+def groups_after_dangling_word(text: str) -> int:
+    """How many cite-groups of ``text`` follow a dangling word (see ``follows_dangling_word``)."""
+    return sum(follows_dangling_word(text, start) for start, _ in cite_groups(text))
+
+
+def sentence_words(sentence: str) -> int:
+    """Words of a sentence as the REQUIRED grammar counts them: runs of non-space characters,
+    markers and bare punctuation (the terminator) left out."""
+    return sum(bool(token.strip(".!?")) for token in _MARKER.sub(" ", sentence).split())
+
+
+def reaches_word_bound(sentence: str, bound: int = DEFAULT_MAX_SENTENCE_WORDS) -> bool:
+    """The sentence has ``bound`` words or more: under REQUIRED the grammar forced it to cite and
+    end there (``max_sentence_words``)."""
+    return sentence_words(sentence) >= bound
+
+
+def numbers(text: str) -> set[str]:
+    """The numbers written in ``text``, normalised: ``1,889`` and ``1_889`` are ``1889``, a
+    decimal part is kept (``3.10`` is not ``3.1``), a sign is not part of the number.
+    Markers and ``Source k`` names are not numbers."""
+    text = _SOURCE_NAME.sub(" ", _MARKER.sub(" ", text))
+    return {re.sub(r"[,_]", "", m.group(0)) for m in _NUMBER.finditer(text)}
+
+
+def unsupported_numbers(text: str, sources: Iterable[str]) -> list[str]:
+    """The distinct numbers of ``text`` that occur in none of ``sources``, sorted."""
+    supported: set[str] = set()
+    for source in sources:
+        supported |= numbers(source)
+    return sorted(numbers(text) - supported)
 
 
 def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
@@ -67,6 +163,7 @@ def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
     stacked = has_stacked_markers(text)
     cut_off = finish_reason == "length"
     repeated = has_repeated_phrase(text)
+    invented = unsupported_numbers(text, [p.text for p in item.passages])
     return {
         "markers": scan.total,
         "fabricated": scan.fabricated,
@@ -75,14 +172,17 @@ def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
         "precise": sum(c.source_id in gold for c in scan.citations),
         "sentences": len(sentences),
         "cited_sentences": sum(bool(scan_markers(s, n).citations) for s in sentences),
-        "long_sentences": sum(
-            len(_WORD.findall(_MARKER.sub(" ", s))) >= DEFAULT_MAX_SENTENCE_WORDS
-            for s in sentences
-        ),
+        "long_sentences": sum(reaches_word_bound(s) for s in sentences),
+        "cite_groups": len(cite_groups(text)),
+        "groups_after_punctuation": groups_after_punctuation(text),
+        "groups_after_dangling_word": groups_after_dangling_word(text),
+        "unsupported_numbers": len(invented),
+        "unsupported_number_values": invented,
         "correct": contains_answer(text, item.answer),
         "stacked_markers": stacked,
         "cut_off": cut_off,
         "repeated_phrase": repeated,
+        "repetition": has_repetition(text),
         "degenerate": stacked or cut_off or repeated,
         "no_marker": scan.total == 0,
         "cites_gold": any(c.source_id in gold for c in scan.citations),
@@ -149,6 +249,13 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "repeated_phrase": rate(flag["repeated_phrase"], answers),
         "degenerate": rate(flag["degenerate"], answers),
         "long_sentences": rate(total["long_sentences"], total["sentences"]),
+        "repetition": rate(flag["repetition"], answers),
+        "after_punctuation": rate(total["groups_after_punctuation"], total["cite_groups"]),
+        "after_dangling_word": rate(total["groups_after_dangling_word"], total["cite_groups"]),
+        "unsupported_numbers": total["unsupported_numbers"],
+        "answers_with_unsupported_number": rate(
+            sum(r["unsupported_numbers"] > 0 for r in rows), answers
+        ),
         "markers": total["markers"],
         "sentences": total["sentences"],
         "tokens_per_answer": quantiles([r["generated_tokens"] for r in rows]),

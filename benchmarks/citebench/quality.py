@@ -82,10 +82,11 @@ def _line(index: int, count: int, record: dict[str, Any]) -> str:
     head = f"[{index}/{count}] {record['item']:>4} {record['attack']:<9} {record['system']:<22}"
     if record["error"] is not None:
         return f"{head} ERROR {record['error'][:120]}"
-    flags = "".join(
-        mark for key, mark in (("correct", "A"), ("degenerate", "D")) if record[key]
-    )
+    # A correct, D degenerate (4-gram, cut off, stacked), R repeats, N a number in no source
+    flags = "".join(mark for key, mark in (
+        ("correct", "A"), ("degenerate", "D"), ("repetition", "R"), ("unsupported_numbers", "N")
+    ) if record[key])
     return (
         f"{head} {record['generated_tokens']:>3} tok {record['seconds']:5.1f}s "
-        f"markers={record['markers']} fab={record['fabricated']} {flags:<2} {record['text']!r:.110}"
+        f"markers={record['markers']} fab={record['fabricated']} {flags:<4} {record['text']!r:.110}"
     )

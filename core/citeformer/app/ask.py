@@ -1,0 +1,162 @@
+"""``citeformer ask``: documents to passages, passages to the closest k, those to a cited answer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, TextIO
+
+from citeformer import AnswerGenerator, CitedAnswer, EmptyQuestionError, build_request
+from citeformer.app.chunking import DEFAULT_MAX_CHARS
+from citeformer.app.documents import DocumentError, chunk_documents, load_documents
+from citeformer.app.errors import PROG
+from citeformer.app.output import answer_json, format_references
+from citeformer.app.retrieval import DEFAULT_TOP_K, DenseRetriever
+from citeformer.app.services import Services
+from citeformer.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY
+
+Output = Literal["text", "json", "stream"]
+DEFAULT_ENGINE = "llama.cpp"
+
+
+@dataclass(frozen=True)
+class AskOptions:
+    """One ``citeformer ask`` command, as parsed from its arguments."""
+
+    question: str
+    docs: tuple[str, ...]
+    """Document files and folders."""
+    policy: str = DEFAULT_POLICY.value
+    model: str | None = None
+    """``--model``: an HF hub id or local folder; ``None`` is the embedded model."""
+    server: str | None = None
+    """``--server``: the URL of a serving engine, which then answers instead of ``model``."""
+    server_model: str | None = None
+    engine: str = DEFAULT_ENGINE
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    top_k: int = DEFAULT_TOP_K
+    chunk_chars: int = DEFAULT_MAX_CHARS
+    output: Output = "text"
+    """``text``: the answer, then references; ``stream``: the same as it is generated;
+    ``json``: one JSON object."""
+    all_sources: bool = False
+    quiet: bool = False
+
+
+class Progress:
+    """Progress lines on stderr (``citeformer: ...``), silenced by ``--quiet``."""
+
+    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
+        self.enabled = enabled
+        self.stream = stream
+
+    def __call__(self, message: str) -> None:
+        """Print ``citeformer: <message>``, unless silenced."""
+        if self.enabled:
+            print(f"{PROG}: {message}", file=self.stream or sys.stderr, flush=True)
+
+
+def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
+    """Answer ``options.question`` from ``options.docs`` and print it on ``out``."""
+    say = Progress(not options.quiet)
+    if options.quiet:
+        _silence_library_progress()
+    question = options.question
+    if not question.strip():
+        raise EmptyQuestionError("the question is empty; ask something, e.g. "
+                                 f'{PROG} ask "When was the Eiffel Tower completed?" --docs ...')
+
+    documents = load_documents(options.docs, warn=services.warn)
+    passages = chunk_documents(documents, options.chunk_chars)
+    if not passages:  # load_documents rejects empty files, so this is only a safeguard
+        raise DocumentError("the documents contain no text")
+    say(f"read {len(documents)} document(s): {len(passages)} passage(s) "
+        f"of at most {options.chunk_chars} characters")
+
+    generator = _generator(options, services, say)
+
+    started = time.perf_counter()
+    say(f"embedding {len(passages)} passage(s) with all-MiniLM-L6-v2")
+    retriever = DenseRetriever(passages, services.embed, progress=_embed_progress(say))
+    hits = retriever.search(question, options.top_k)
+    say(f"retrieved {len(hits)} passage(s) in {time.perf_counter() - started:.1f}s; generating")
+
+    sources = [hit.passage.to_source(score=round(hit.score, 4)) for hit in hits]
+    request = build_request(
+        question, sources, options.policy, max_new_tokens=options.max_new_tokens
+    )
+    if options.output == "stream":
+        stream = generator.answer_stream(request)
+        for chunk in stream:
+            out.write(chunk)
+            out.flush()
+        answer = stream.answer
+        out.write("\n")
+    else:
+        answer = generator.answer(request)
+
+    if options.output == "json":
+        data = answer_json(answer, hits, question, options.policy)
+        out.write(json.dumps(data, ensure_ascii=False) + "\n")
+    else:
+        if options.output == "text":
+            out.write(answer.text + "\n")
+        out.write(format_references(answer, hits, all_sources=options.all_sources))
+    out.flush()
+    if answer.finish_reason == "length":
+        say(f"the answer was cut off at --max-new-tokens {options.max_new_tokens}")
+    return answer
+
+
+def _generator(options: AskOptions, services: Services, say: Progress) -> AnswerGenerator:
+    if options.server is not None:
+        say(f"connecting to the {options.engine} server at {options.server}")
+        served = services.connect_server(options.server, options.server_model, options.engine)
+        say(f"the server answers with model {served.model}")
+        return served
+    say(f"loading model {options.model or 'SmolLM2-135M-Instruct (embedded)'}")
+    return services.load_model(options.model, progress=not options.quiet)
+
+
+def _embed_progress(say: Callable[[str], None]) -> Callable[[int, int], None]:
+    def report(done: int, total: int) -> None:
+        if total > 32:  # a single batch needs no running count
+            say(f"embedded {done}/{total} passages")
+
+    return report
+
+
+@contextlib.contextmanager
+def library_warnings_to(warn: Callable[[str], None]) -> Iterator[None]:
+    """Show the warnings citeformer itself issues through ``warn`` while the block runs.
+
+    A model cache rebuilt, say, then reads ``citeformer: warning: ...``; the warnings of other
+    libraries keep Python's format.
+    """
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if category.__module__.partition(".")[0] == "citeformer":
+                warn(str(message))
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        yield
+
+
+def _silence_library_progress() -> None:
+    # transformers draws "Loading weights" bars for both models; --quiet means nothing on stderr.
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass

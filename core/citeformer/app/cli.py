@@ -1,0 +1,220 @@
+r"""The ``citeformer`` command: its arguments, and how it ends.
+
+``citeformer ask "QUESTION" --docs PATH...`` loads the ``.txt``/``.md`` documents at PATH (files or
+folders), cuts them into passages, retrieves the top-k passages with local all-MiniLM-L6-v2
+embeddings, answers with the embedded SmolLM2-135M-Instruct (or ``--model``) under the chosen
+citation policy, and prints the answer followed by a numbered reference list::
+
+    $ citeformer ask "When was the Eiffel Tower completed?" --docs examples/docs
+    The Eiffel Tower was completed on 31 March 1889 [1].
+
+    References:
+    [1] examples/docs/eiffel_tower.md, line 5
+
+With ``--server URL`` the answer comes from a llama.cpp, vLLM or SGLang server instead of a model
+in this process (``--engine`` names which, ``--server-model`` the served model); the grammar travels
+with the request and every marker is checked again here::
+
+    $ citeformer ask "When was the Eiffel Tower completed?" --docs examples/docs \
+        --server http://localhost:8080
+
+The reference list shows the sources the answer cites, by their marker number, in ascending
+order; retrieved passages that are not cited are left out unless ``--all-sources`` is given.
+Progress and warnings go to stderr, so stdout holds only the answer (or, with ``--json``, one JSON
+object). Exit codes (``citeformer.app.errors``): 0 success, 2 bad input (usage errors, missing or
+unreadable documents, an empty question, a model path that does not exist, a server URL that is
+malformed or cannot be reached), 1 any other failure, 130 interrupted. Errors print as
+``citeformer: error: ...`` without a traceback (set ``CITEFORMER_DEBUG=1`` to get one).
+"""  # noqa: D214 - "References:" is a line of the example output, not a docstring section
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from citeformer import Policy
+from citeformer.app.ask import DEFAULT_ENGINE, AskOptions, ask, library_warnings_to
+from citeformer.app.chunking import DEFAULT_MAX_CHARS
+from citeformer.app.errors import EXIT_OK, EXIT_USAGE, PROG, UsageError, as_app_error
+from citeformer.app.retrieval import DEFAULT_TOP_K
+from citeformer.app.services import Services
+from citeformer.request import DEFAULT_MAX_NEW_TOKENS
+
+
+def main(argv: Sequence[str] | None = None, *, services: Services | None = None) -> int:
+    """Run the ``citeformer`` command with ``argv`` and return its exit status.
+
+    ``argv`` defaults to ``sys.argv[1:]``; ``services`` are what it loads models, connects,
+    embeds and warns with (default: the real ones).
+    """
+    services = services or Services()
+    try:
+        parser, ask_parser = _parsers()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exit_:  # --help and --version print, then exit 0
+            return exit_.code if isinstance(exit_.code, int) else EXIT_OK
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        if args.server is None and (
+            args.server_model is not None or args.engine != DEFAULT_ENGINE
+        ):
+            ask_parser.error("--server-model and --engine need --server URL")
+        with library_warnings_to(services.warn):
+            ask(_options(args), services, sys.stdout)
+        return EXIT_OK
+    except BrokenPipeError:  # `citeformer ask ... | head`: stop quietly
+        _silence_stdout()
+        return EXIT_OK
+    except (Exception, KeyboardInterrupt) as error:
+        failure = as_app_error(error)
+        if os.environ.get("CITEFORMER_DEBUG"):
+            import traceback
+
+            traceback.print_exception(error)
+        failure.show()
+        return failure.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the ``citeformer`` command and its sub-commands."""
+    return _parsers()[0]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that raises ``UsageError`` rather than exiting.
+
+    So ``main`` alone decides how the command ends.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, usage=self.format_usage(), prog=self.prog)
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    from citeformer import __version__
+    from citeformer.server import ENGINES
+
+    parser = _Parser(
+        prog=PROG,
+        description="Answer questions from your documents with citation markers that always "
+        "point at a retrieved passage.",
+        epilog=f'Example: {PROG} ask "When was the Eiffel Tower completed?" --docs examples/docs',
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    ask = commands.add_parser(
+        "ask",
+        help="answer a question from local documents, with cited sources",
+        description="Chunk the documents, retrieve the passages closest to the question "
+        "(local all-MiniLM-L6-v2 embeddings), answer with the model under the citation "
+        "policy, and print the answer followed by a numbered list of the cited passages "
+        "(file and lines). Progress goes to stderr.",
+        epilog="exit status: 0 ok, 2 bad input, 1 other failure. "
+        f'Example: {PROG} ask "When was the Eiffel Tower completed?" --docs examples/docs',
+    )
+    ask.add_argument("question", help="the question to answer")
+    ask.add_argument(
+        "--docs", "-d", nargs="+", required=True, metavar="PATH",
+        help="document files or folders (.txt and .md files, searched recursively), "
+        "e.g. --docs examples/docs",
+    )
+    ask.add_argument(
+        "--policy", "-p", type=_policy, default=Policy.REQUIRED.value,
+        metavar="{" + ",".join(p.value for p in Policy) + "}",
+        help="where citation markers are required: every sentence (required, the default), "
+        "after quotes (quotes_only), or nowhere (auto)",
+    )
+    where = ask.add_mutually_exclusive_group()
+    where.add_argument(
+        "--model", "-m", default=None, metavar="NAME_OR_PATH",
+        help="a HuggingFace causal LM: hub id or local folder (default: the embedded "
+        "SmolLM2-135M-Instruct)",
+    )
+    where.add_argument(
+        "--server", default=None, metavar="URL",
+        help="answer with the model of an OpenAI-compatible server (llama.cpp, vLLM, SGLang), "
+        "e.g. http://localhost:8080; the grammar is sent with the request. API key: "
+        "$CITEFORMER_API_KEY or $OPENAI_API_KEY",
+    )
+    ask.add_argument(
+        "--server-model", default=None, metavar="NAME",
+        help="the served model's name (default: the first the server lists)",
+    )
+    ask.add_argument(
+        "--engine", default=DEFAULT_ENGINE, choices=ENGINES,
+        help=f"the server's engine, which decides the request field the grammar travels in "
+        f"(default: {DEFAULT_ENGINE}; vllm-guided is vLLM before 0.12)",
+    )
+    ask.add_argument(
+        "--max-new-tokens", type=_positive_int, default=DEFAULT_MAX_NEW_TOKENS, metavar="N",
+        help=f"most tokens to generate (default: {DEFAULT_MAX_NEW_TOKENS})",
+    )
+    ask.add_argument(
+        "--top-k", "-k", type=_positive_int, default=DEFAULT_TOP_K, metavar="K",
+        help=f"passages to retrieve and give the model (default: {DEFAULT_TOP_K})",
+    )
+    ask.add_argument(
+        "--chunk-chars", type=_positive_int, default=DEFAULT_MAX_CHARS, metavar="N",
+        help=f"longest passage, in characters (default: {DEFAULT_MAX_CHARS})",
+    )
+    output = ask.add_mutually_exclusive_group()
+    output.add_argument(
+        "--json", action="store_true",
+        help="print one JSON object: text, citations and the retrieved sources",
+    )
+    output.add_argument("--stream", action="store_true", help="print the answer as it is generated")
+    ask.add_argument(
+        "--all-sources", action="store_true",
+        help="list every retrieved passage in the references, marking the uncited ones",
+    )
+    ask.add_argument("--quiet", "-q", action="store_true", help="no progress messages on stderr")
+    return parser, ask
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def _policy(value: str) -> str:
+    try:
+        return Policy.coerce(value).value
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _options(args: argparse.Namespace) -> AskOptions:
+    return AskOptions(
+        question=args.question,
+        docs=tuple(args.docs),
+        policy=args.policy,
+        model=args.model,
+        server=args.server,
+        server_model=args.server_model,
+        engine=args.engine,
+        max_new_tokens=args.max_new_tokens,
+        top_k=args.top_k,
+        chunk_chars=args.chunk_chars,
+        output="json" if args.json else "stream" if args.stream else "text",
+        all_sources=args.all_sources,
+        quiet=args.quiet,
+    )
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; with the reader gone that would fail again.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,537 @@
+"""Unit tests for citeformer.app.cli: ``main`` with a scripted generator and a toy embedder
+injected as services (no model loaded)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import httpx
+import pytest
+
+from citeformer import AnswerGenerator, GenerationRequest, ModelLoadError, Policy
+from citeformer.app import InputError, Services, main
+from citeformer.app.services import connect_server, load_model, looks_like_path
+from citeformer.testing import FakeGenerator
+from tests.app.conftest import EXAMPLES, toy_embed
+
+ANSWER = "Paris is in France [1]. It is old [2]."
+
+
+class Harness:
+    """The services of one test: a scripted generator, and a record of the models loaded."""
+
+    def __init__(self) -> None:
+        self.generator = self.script(ANSWER)
+        self.loads: list[tuple[str | None, bool]] = []
+
+    @staticmethod
+    def script(text: object) -> FakeGenerator:
+        # Eight characters a piece: several stream chunks, and within --max-new-tokens 7.
+        return FakeGenerator(text, piece_chars=8)  # type: ignore[arg-type]
+
+    def say(self, text: str) -> None:
+        self.generator = self.script(text)
+
+    def fail_with(self, error: BaseException) -> None:
+        def script(request: GenerationRequest) -> str:
+            raise error
+
+        self.generator = self.script(script)
+
+    @property
+    def request(self) -> GenerationRequest:
+        (request,) = self.generator.requests
+        return request
+
+    def load(self, model: str | None, *, progress: bool) -> AnswerGenerator:
+        self.loads.append((model, progress))
+        return self.generator
+
+    @property
+    def services(self) -> Services:
+        def no_server(url: str, model: str | None, engine: str) -> AnswerGenerator:
+            raise AssertionError("no server was asked for")
+
+        return Services(load_model=self.load, connect_server=no_server, embed=toy_embed)
+
+
+@pytest.fixture
+def fake() -> Harness:
+    return Harness()
+
+
+def run(
+    capsys: pytest.CaptureFixture[str], *argv: str, services: Services | Harness | None = None
+) -> tuple[int, str, str]:
+    if isinstance(services, Harness):
+        services = services.services
+    code = main(list(argv), services=services)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# --------------------------------------------------------------------------------------- success
+
+
+def test_ask_prints_answer_and_cited_references(fake, docs, capsys) -> None:
+    code, out, err = run(capsys, "ask", "What is the capital of France?", "--docs", str(docs),
+                         "--chunk-chars", "40", services=fake)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == ANSWER
+    assert lines[1:3] == ["", "References:"]
+    sources = fake.request.sources
+    assert lines[3:] == [
+        f"[{i}] {s.metadata['path']}, " + (
+            f"line {s.metadata['line_start']}" if s.metadata["line_start"] == s.metadata["line_end"]
+            else f"lines {s.metadata['line_start']}-{s.metadata['line_end']}"
+        )
+        for i, s in enumerate(sources[:2], start=1)
+    ]
+    assert "embedding" in err and "loading model" in err  # progress on stderr
+    assert fake.request.policy == "required"
+    assert fake.request.max_new_tokens == 160
+    assert fake.request.question == "What is the capital of France?"
+    assert len(sources) == 3  # default --top-k
+    assert fake.loads == [(None, True)]
+
+
+def test_quotes_are_listed_with_their_file_and_line(fake, tmp_path, capsys) -> None:
+    text = "# Paris\n\nParis is the capital\nof France.\n\nIt was founded long ago.\n"
+    (tmp_path / "paris.md").write_text(text, encoding="utf-8")
+    fake.say('It is "the capital of France" [1].')
+    code, out, _ = run(capsys, "ask", "Capital?", "--docs", str(tmp_path), "--policy",
+                       "quotes_only", "--top-k", "1", services=fake)
+    assert code == 0
+    path = str(tmp_path / "paris.md")
+    assert out.splitlines()[-2:] == [
+        "Quotes (verbatim):", f'"the capital of France" [1] {path}, line 3'
+    ]
+    code, out, _ = run(capsys, "ask", "Capital?", "--docs", str(tmp_path), "--policy",
+                       "quotes_only", "--top-k", "1", "--json", services=fake)
+    (quote,) = json.loads(out)["quotes"]
+    assert text[quote["file_start"]:quote["file_end"]] == "the capital\nof France"
+    assert (quote["line"], quote["source_id"], quote["path"]) == (3, 1, path)
+
+
+def test_sources_carry_title_and_location_metadata(fake, docs, capsys) -> None:
+    run(capsys, "ask", "capital of France", "--docs", str(docs / "paris.md"), "-k", "1",
+        services=fake)
+    (source,) = fake.request.sources
+    text = (docs / "paris.md").read_text(encoding="utf-8")
+    meta = source.metadata
+    assert source.title == "paris.md"
+    assert meta["path"] == str(docs / "paris.md")
+    assert text[meta["start"]:meta["end"]] == source.text
+    assert meta["line_start"] == 1 and meta["line_end"] >= meta["line_start"]
+
+
+def test_only_cited_sources_are_listed_unless_all_sources(fake, docs, capsys) -> None:
+    fake.say("It is [2].")
+    _, out, _ = run(capsys, "ask", "q", "--docs", str(docs), "--chunk-chars", "40",
+                    services=fake)
+    refs = out.split("References:\n")[1].splitlines()
+    assert len(refs) == 1 and refs[0].startswith("[2] ")
+    _, out, _ = run(capsys, "ask", "q", "--docs", str(docs), "--chunk-chars", "40",
+                    "--all-sources", services=fake)
+    refs = out.split("References:\n")[1].splitlines()
+    assert [r[:3] for r in refs] == ["[1]", "[2]", "[3]"]
+    assert refs[0].endswith("(not cited)") and not refs[1].endswith("(not cited)")
+
+
+def test_no_citation_says_so(fake, docs, capsys) -> None:
+    fake.say("I do not know.")
+    code, out, _ = run(capsys, "ask", "q", "--docs", str(docs), "--policy", "auto",
+                       services=fake)
+    assert code == 0
+    assert "(none cited;" in out
+    assert fake.request.policy is Policy.AUTO
+
+
+def test_json_output_is_pure_json_with_the_documented_shape(fake, docs, capsys) -> None:
+    code, out, err = run(capsys, "ask", "capital?", "--docs", str(docs), "--json",
+                         "--top-k", "2", "--max-new-tokens", "7", "--policy", "QUOTES-ONLY",
+                         services=fake)
+    assert code == 0
+    data = json.loads(out)
+    assert data["text"] == ANSWER
+    assert (data["question"], data["policy"]) == ("capital?", "quotes_only")
+    assert data["citations"] == [
+        {"source_id": 1, "start": 19, "end": 22}, {"source_id": 2, "start": 34, "end": 37},
+    ]
+    assert [s["id"] for s in data["sources"]] == [1, 2]
+    for source in data["sources"]:
+        assert {"id", "path", "text", "title", "start", "end", "line_start", "line_end",
+                "score", "cited"} <= source.keys()
+    assert data["finish_reason"] == "stop"
+    assert fake.request.max_new_tokens == 7
+    assert fake.request.policy == Policy.QUOTES_ONLY.value
+    assert err  # progress went to stderr, not stdout
+
+
+def test_stream_prints_the_answer_then_references(fake, docs, capsys) -> None:
+    code, out, _ = run(capsys, "ask", "q", "--docs", str(docs), "--stream", "-q", services=fake)
+    assert code == 0
+    assert out.startswith(ANSWER + "\n\nReferences:\n[1] ")
+    (stream,) = fake.generator.streams
+    assert stream.finished and stream.generated > 1  # printed as it came, to the end
+
+
+def test_a_cut_off_answer_says_so_on_stderr(fake, docs, capsys) -> None:
+    code, out, err = run(capsys, "ask", "q", "--docs", str(docs), "--max-new-tokens", "2",
+                         services=fake)
+    assert code == 0
+    assert out.startswith("Paris is in Fran\n")  # two pieces of eight characters
+    assert "the answer was cut off at --max-new-tokens 2" in err
+
+
+def test_quiet_silences_progress(fake, docs, capsys) -> None:
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), "--quiet", services=fake)
+    assert code == 0 and err == ""
+    assert fake.loads == [(None, False)]
+
+
+def test_model_option_is_passed_through(fake, docs, capsys) -> None:
+    run(capsys, "ask", "q", "--docs", str(docs), "--model", "some/model", services=fake)
+    assert fake.loads == [("some/model", True)]
+
+
+def test_a_skipped_binary_file_is_a_warning(fake, docs, capsys) -> None:
+    (docs / "image.md").write_bytes(b"\x89PNG\x00\x00")
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), services=fake)
+    assert code == 0
+    assert "citeformer: warning: skipping" in err and "image.md" in err
+
+
+def test_warnings_go_to_the_injected_sink(fake, docs, capsys) -> None:
+    (docs / "image.md").write_bytes(b"\x89PNG\x00\x00")
+    seen: list[str] = []
+    services = dataclasses.replace(fake.services, warn=seen.append)
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), services=services)
+    assert code == 0 and "warning" not in err
+    (warning,) = seen
+    assert "image.md" in warning and "binary" in warning
+
+
+def test_the_libraries_own_warnings_are_shown_as_citeformer_warnings(fake, docs, capsys) -> None:
+    import warnings
+
+    from citeformer.default_model import ModelCacheWarning
+
+    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+        warnings.warn("the cached model was rebuilt", ModelCacheWarning, stacklevel=1)
+        warnings.warn("some other library speaking", UserWarning, stacklevel=1)
+        return fake.generator
+
+    seen: list[str] = []
+    services = dataclasses.replace(fake.services, load_model=load, warn=seen.append)
+    with pytest.warns(UserWarning) as others:
+        code, _, _ = run(capsys, "ask", "q", "--docs", str(docs), services=services)
+    assert code == 0
+    assert seen == ["the cached model was rebuilt"]
+    # The other library's warning went on to Python's warning machinery, untouched.
+    assert [(w.category, str(w.message)) for w in others] == [
+        (UserWarning, "some other library speaking")
+    ]
+
+
+def test_the_example_documents_are_usable(fake, capsys) -> None:
+    code, _, _ = run(capsys, "ask", "When was the Eiffel Tower completed?", "--docs",
+                     str(EXAMPLES), "-q", services=fake)
+    assert code == 0
+    assert all(s.metadata["path"].startswith(str(EXAMPLES)) for s in fake.request.sources)
+
+
+# ---------------------------------------------------------------------------------------- errors
+
+
+def assert_clean_error(code: int, err: str, expected_code: int, *fragments: str) -> None:
+    assert code == expected_code
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+@pytest.mark.parametrize("question", ["", "   \n"])
+def test_empty_question(fake, docs, capsys, question) -> None:
+    code, out, err = run(capsys, "ask", question, "--docs", str(docs), services=fake)
+    assert_clean_error(code, err, 2, "citeformer: error: the question is empty")
+    assert out == "" and fake.loads == []
+
+
+def test_missing_path(fake, tmp_path, capsys) -> None:
+    code, _, err = run(capsys, "ask", "q", "--docs", str(tmp_path / "nope"), services=fake)
+    assert_clean_error(code, err, 2, "citeformer: error:", "does not exist")
+    assert fake.loads == []  # failed before loading the model
+
+
+def test_a_symlink_loop_is_named_as_such(fake, tmp_path, capsys) -> None:
+    loop = tmp_path / "loop.md"
+    loop.symlink_to(loop)
+    code, _, err = run(capsys, "ask", "q", "--docs", str(loop), services=fake)
+    assert_clean_error(code, err, 2, f"citeformer: error: '{loop}' is a symlink loop")
+    assert "does not exist" not in err
+
+
+def test_empty_folder(fake, tmp_path, capsys) -> None:
+    code, _, err = run(capsys, "ask", "q", "--docs", str(tmp_path), services=fake)
+    assert_clean_error(code, err, 2, "has no .txt or .md files")
+
+
+def test_binary_file(fake, tmp_path, capsys) -> None:
+    (tmp_path / "x.txt").write_bytes(b"\x00\x01\x02")
+    code, _, err = run(capsys, "ask", "q", "--docs", str(tmp_path / "x.txt"), services=fake)
+    assert_clean_error(code, err, 2, "is a binary file")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["ask"],
+        ["ask", "q"],  # --docs is required
+        ["ask", "q", "--docs"],
+        ["ask", "q", "--docs", "d", "--top-k", "0"],
+        ["ask", "q", "--docs", "d", "--max-new-tokens", "many"],
+        ["ask", "q", "--docs", "d", "--policy", "sometimes"],
+        ["ask", "q", "--docs", "d", "--json", "--stream"],
+        ["frobnicate"],
+    ],
+)
+def test_usage_errors_exit_2(fake, capsys, argv) -> None:
+    code, out, err = run(capsys, *argv, services=fake)
+    assert code == 2
+    assert "usage:" in err and "Traceback" not in err
+    assert fake.loads == []
+
+
+def test_usage_errors_show_the_usage_of_their_command(capsys) -> None:
+    code, out, err = run(capsys, "ask", "q", "--docs", "d", "--top-k", "0")
+    assert code == 2 and out == ""
+    usage, message = err.splitlines()[0], err.splitlines()[-1]
+    assert usage.startswith("usage: citeformer ask ")
+    assert message == "citeformer ask: error: argument --top-k/-k: must be at least 1, got 0"
+
+
+def test_help_and_version_exit_0(capsys) -> None:
+    code, out, _ = run(capsys, "ask", "--help")
+    assert code == 0
+    for option in ("--docs", "--json", "--policy", "--model", "--max-new-tokens", "--top-k",
+                   "--stream"):
+        assert option in out
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.startswith("citeformer ")
+
+
+def test_missing_local_model_path(docs, capsys, tmp_path) -> None:
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), "--model",
+                       str(tmp_path / "no-such-model"), services=Services(embed=toy_embed))
+    assert_clean_error(code, err, 2, "citeformer: error: model folder", "does not exist")
+
+
+def test_a_model_that_fails_to_load_is_a_clean_error(monkeypatch, docs, capsys, tmp_path) -> None:
+    from citeformer import CiteGenerator
+
+    def broken(name):
+        raise OSError(f"{name} does not appear to have a file named config.json\nmore detail")
+
+    monkeypatch.setattr(CiteGenerator, "from_pretrained", staticmethod(broken))
+    (tmp_path / "empty-model").mkdir()
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), "--model",
+                       str(tmp_path / "empty-model"), services=Services(embed=toy_embed))
+    assert_clean_error(code, err, 1, "could not load model", "config.json")
+    assert "more detail" not in err
+
+
+def test_model_errors_are_model_load_errors(monkeypatch) -> None:
+    from citeformer import CiteGenerator
+
+    monkeypatch.setattr(CiteGenerator, "from_pretrained",
+                        staticmethod(lambda name: (_ for _ in ()).throw(ValueError("bad"))))
+    with pytest.raises(ModelLoadError, match="bad"):
+        load_model("owner/name", progress=False)
+
+
+def test_a_missing_model_folder_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="model folder './no-such-model' does not exist"):
+        load_model("./no-such-model", progress=False)
+
+
+def test_unexpected_errors_exit_1_without_traceback(fake, docs, capsys) -> None:
+    fake.fail_with(RuntimeError("kaput"))
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), services=fake)
+    assert_clean_error(code, err, 1, "citeformer: error: unexpected RuntimeError: kaput")
+
+
+def test_debug_env_prints_the_traceback(fake, docs, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CITEFORMER_DEBUG", "1")
+    fake.fail_with(ZeroDivisionError("division by zero"))
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), services=fake)
+    assert code == 1 and "Traceback" in err and "ZeroDivisionError" in err
+
+
+def test_input_errors_from_the_generator_exit_2(fake, docs, capsys) -> None:
+    from citeformer import PromptTooLongError
+
+    fake.fail_with(PromptTooLongError("the prompt is too long"))
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), services=fake)
+    assert_clean_error(code, err, 2, "citeformer: error: the prompt is too long")
+
+
+def test_a_prompt_longer_than_the_context_exits_2(fake, docs, capsys) -> None:
+    fake.generator = FakeGenerator(ANSWER, context_length=50)
+    code, out, err = run(capsys, "ask", "q", "--docs", str(docs), services=fake)
+    assert_clean_error(code, err, 2, "citeformer: error: the prompt is", "context holds 50")
+    assert out == ""
+
+
+def test_keyboard_interrupt_exits_130(fake, docs, capsys) -> None:
+    fake.fail_with(KeyboardInterrupt())
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), services=fake)
+    assert code == 130 and "interrupted" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "is_path"),
+    [("HuggingFaceTB/SmolLM2-360M-Instruct", False), ("gpt2", False), ("./model", True),
+     ("/abs/model", True), ("~/model", True), ("a/b/c", True)],
+)
+def test_looks_like_path(name: str, is_path: bool) -> None:
+    assert looks_like_path(name) is is_path
+
+
+def test_python_dash_m_entry_point(monkeypatch) -> None:
+    import runpy
+
+    monkeypatch.setattr("sys.argv", ["citeformer"])
+    with pytest.raises(SystemExit) as exit_:
+        runpy.run_module("citeformer", run_name="__main__", alter_sys=False)
+    assert exit_.value.code == 2  # no sub-command: help on stderr, usage error
+
+
+def test_the_application_api() -> None:
+    import citeformer.app
+
+    assert sorted(citeformer.app.__all__) == [
+        "AppError", "AskOptions", "InputError", "Interrupted", "Services", "UsageError", "ask",
+        "main",
+    ]
+
+
+def test_the_console_script_is_main() -> None:
+    import importlib
+    import re
+
+    pyproject = (EXAMPLES.parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    (target,) = re.findall(r'^citeformer = "(.+)"$', pyproject, flags=re.MULTILINE)
+    module, _, name = target.partition(":")
+    assert getattr(importlib.import_module(module), name) is main
+
+
+# -- --server: a scripted OpenAI-compatible server -------------------------------------------
+
+
+class Served:
+    """``--server`` answers from a FakeServer; records the URL, model and engine asked for."""
+
+    def __init__(self) -> None:
+        from tests.fake_server import FakeServer
+
+        self.server = FakeServer(pieces=["Paris is the capital of France [", "1", "]."])
+        self.connects: list[tuple[str, str | None, str]] = []
+
+    def connect(self, url: str, model: str | None, engine: str):
+        self.connects.append((url, model, engine))
+        generator = self.server.generator(model=model, engine=engine)
+        generator.check()
+        return generator
+
+    @property
+    def services(self) -> Services:
+        def no_model(model: str | None, *, progress: bool) -> AnswerGenerator:
+            raise AssertionError("no local model")
+
+        return Services(load_model=no_model, connect_server=self.connect, embed=toy_embed)
+
+
+@pytest.fixture
+def served() -> Served:
+    return Served()
+
+
+def test_server_answers_with_the_grammar_sent(served, docs, capsys) -> None:
+    code, out, err = run(capsys, "ask", "What is the capital of France?", "--docs", str(docs),
+                         "--server", "http://gpu-box:8000", "--engine", "vllm",
+                         "--max-new-tokens", "20", "--json", services=served.services)
+    assert code == 0, err
+    assert served.connects == [("http://gpu-box:8000", None, "vllm")]
+    answer = json.loads(out)
+    assert answer["text"] == "Paris is the capital of France [1]."
+    assert answer["citations"] == [{"source_id": 1, "start": 31, "end": 34}]
+    body = served.server.bodies[0]
+    assert body["model"] == "smollm2-test" and body["max_tokens"] == 20
+    assert body["structured_outputs"]["grammar"].startswith("root ::=")
+    assert "the server answers with model smollm2-test" in err
+
+
+def test_server_stream_and_model_name(served, docs, capsys) -> None:
+    code, out, err = run(capsys, "ask", "capital of France?", "--docs", str(docs), "--stream",
+                         "--server", "http://localhost:8080", "--server-model", "qwen",
+                         services=served.services)
+    assert code == 0, err
+    assert served.connects == [("http://localhost:8080", "qwen", "llama.cpp")]
+    assert out.startswith("Paris is the capital of France [1].\n\nReferences:\n[1] ")
+    assert served.server.bodies[0]["model"] == "qwen" and "grammar" in served.server.bodies[0]
+
+
+def test_server_ignoring_the_grammar_exits_1(served, docs, capsys) -> None:
+    served.server.pieces = ["Paris [7]."]
+    code, out, err = run(capsys, "ask", "q?", "--docs", str(docs), "--server", "http://h:1",
+                         services=served.services)
+    assert code == 1 and out == ""
+    assert "error: the server at http://llm.test:8080/v1 returned marker '[7]'" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("localhost:8080", "is not an http(s) URL"),
+        ("http://127.0.0.1:9", "could not reach the server at http://127.0.0.1:9/v1"),
+    ],
+)
+def test_bad_or_unreachable_server_exits_2(docs, capsys, url, message) -> None:
+    def embed(texts):
+        pytest.fail("checked before embedding")
+
+    code, out, err = run(capsys, "ask", "q?", "--docs", str(docs), "--server", url,
+                         services=Services(embed=embed))
+    assert code == 2 and out == ""
+    assert "citeformer: error: " in err and message in err
+    assert "Traceback" not in err
+
+
+def test_wrong_path_on_a_server_exits_2(docs, capsys) -> None:
+    not_found = httpx.MockTransport(lambda request: httpx.Response(404, text="Not Found"))
+    services = Services(
+        connect_server=functools.partial(connect_server, transport=not_found), embed=toy_embed
+    )
+    code, _, err = run(capsys, "ask", "q?", "--docs", str(docs), "--server", "http://h/api",
+                       services=services)
+    assert code == 2 and "404" in err and "Check the URL" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--server", "http://h", "--model", "x"],
+        ["--server-model", "qwen"],
+        ["--engine", "vllm"],
+        ["--server", "http://h", "--engine", "tgi"],
+    ],
+)
+def test_server_option_misuse_exits_2(docs, capsys, argv) -> None:
+    code, _, err = run(capsys, "ask", "q?", "--docs", str(docs), *argv)
+    assert code == 2 and "usage:" in err

@@ -1,0 +1,263 @@
+"""Unit tests for citeformer.app.documents: loading files and folders, passages with locations."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from citeformer import InvalidInputError
+from citeformer.app.documents import (
+    Document,
+    DocumentError,
+    Passage,
+    chunk_documents,
+    load_documents,
+)
+from tests.app.conftest import EXAMPLES
+
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+needs_permissions = pytest.mark.skipif(
+    AS_ROOT, reason="root reads whatever chmod forbids; the simulated test covers this case"
+)
+
+
+def test_loads_folders_recursively_sorted_and_skips_hidden_and_other_files(tmp_path: Path) -> None:
+    (tmp_path / "b.md").write_text("Bee.\n", encoding="utf-8")
+    (tmp_path / "a.txt").write_text("\ufeffAy.", encoding="utf-8")  # BOM dropped
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.MD").write_text("Sea.", encoding="utf-8")
+    (tmp_path / "notes.rst").write_text("ignored", encoding="utf-8")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "d.md").write_text("hidden", encoding="utf-8")
+    docs = load_documents([tmp_path])
+    assert [Path(d.path).relative_to(tmp_path).as_posix() for d in docs] == [
+        "a.txt", "b.md", "sub/c.MD",
+    ]
+    assert docs[0].text == "Ay."
+
+
+def test_files_come_in_the_order_of_their_path_parts(tmp_path: Path) -> None:
+    # "sub" < "sub.md" as names, although "sub.md" < "sub/a.md" as strings
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.md").write_text("A.", encoding="utf-8")
+    (tmp_path / "sub.md").write_text("S.", encoding="utf-8")
+    (tmp_path / "B.md").write_text("B.", encoding="utf-8")
+    docs = load_documents([tmp_path])
+    assert [Path(d.path).relative_to(tmp_path).as_posix() for d in docs] == [
+        "B.md", "sub/a.md", "sub.md",
+    ]
+
+
+def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("Ay.", encoding="utf-8")
+    assert len(load_documents([tmp_path, tmp_path / "a.md"])) == 1
+
+
+def test_a_named_file_of_any_suffix_is_read(tmp_path: Path) -> None:
+    (tmp_path / "notes.rst").write_text("Text.", encoding="utf-8")
+    assert load_documents([tmp_path / "notes.rst"])[0].text == "Text."
+
+
+def test_missing_path_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(DocumentError, match="does not exist"):
+        load_documents([tmp_path / "nope"])
+
+
+def test_folder_without_documents_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\x00")
+    with pytest.raises(DocumentError, match="has no .txt or .md files"):
+        load_documents([tmp_path])
+
+
+def test_no_paths_is_an_error() -> None:
+    with pytest.raises(DocumentError):
+        load_documents([])
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [(b"\x00\x01\x02binary", "binary"), (b"caf\xe9 latin-1", "not UTF-8"), (b" \n\t", "empty")],
+)
+def test_a_named_unusable_file_is_an_error(tmp_path: Path, data: bytes, reason: str) -> None:
+    path = tmp_path / "doc.txt"
+    path.write_bytes(data)
+    with pytest.raises(DocumentError, match=reason):
+        load_documents([path])
+
+
+def test_unusable_files_inside_a_folder_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "good.md").write_text("Good text.", encoding="utf-8")
+    (tmp_path / "bad.md").write_bytes(b"\x00\x00binary")
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    warnings: list[str] = []
+    docs = load_documents([tmp_path], warn=warnings.append)
+    assert [Path(d.path).name for d in docs] == ["good.md"]
+    assert len(warnings) == 2
+    assert "bad.md" in warnings[0] and "binary" in warnings[0]
+    assert "empty.txt" in warnings[1] and "empty" in warnings[1]
+
+
+def test_default_warning_uses_the_warnings_module(tmp_path: Path) -> None:
+    (tmp_path / "good.md").write_text("Good text.", encoding="utf-8")
+    (tmp_path / "bad.md").write_bytes(b"\x00")
+    with pytest.warns(UserWarning, match="binary"):
+        load_documents([tmp_path])
+
+
+def test_a_folder_of_only_unusable_files_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "bad.md").write_bytes(b"\x00")
+    with pytest.raises(DocumentError, match="none of the documents"):
+        load_documents([tmp_path], warn=lambda _: None)
+
+
+def test_document_errors_are_input_errors() -> None:
+    assert issubclass(DocumentError, InvalidInputError)
+    assert DocumentError("x").exit_code == 2
+
+
+def test_the_example_documents_load_and_chunk() -> None:
+    docs = load_documents([EXAMPLES])
+    assert len(docs) >= 4
+    passages = chunk_documents(docs)
+    assert len(passages) >= len(docs)
+    for passage in passages:
+        doc = next(d for d in docs if d.path == passage.path)
+        assert doc.text[passage.start:passage.end] == passage.text
+
+
+# -------------------------------------------------------------------- links and permissions
+
+
+def test_a_symlink_to_itself_is_a_symlink_loop(tmp_path: Path) -> None:
+    loop = tmp_path / "loop.md"
+    loop.symlink_to(loop)
+    with pytest.raises(DocumentError, match="is a symlink loop") as error:
+        load_documents([loop])
+    assert "does not exist" not in str(error.value)
+
+
+def test_two_links_pointing_at_each_other_are_a_symlink_loop(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(DocumentError, match=f"'{tmp_path / 'a'}' is a symlink loop"):
+        load_documents([tmp_path / "a"])
+
+
+def test_a_broken_symlink_names_its_target(tmp_path: Path) -> None:
+    (tmp_path / "link.md").symlink_to(tmp_path / "gone.md")
+    with pytest.raises(DocumentError, match=r"broken symlink \(its target .*gone.md"):
+        load_documents([tmp_path / "link.md"])
+
+
+def test_bad_links_inside_a_folder_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "good.md").write_text("Good text.", encoding="utf-8")
+    (tmp_path / "loop.md").symlink_to(tmp_path / "loop.md")
+    (tmp_path / "dangling.txt").symlink_to(tmp_path / "gone.txt")
+    (tmp_path / "linked.md").symlink_to(tmp_path / "good.md")  # a good link: read once
+    warnings: list[str] = []
+    docs = load_documents([tmp_path], warn=warnings.append)
+    assert [Path(d.path).name for d in docs] == ["good.md"]
+    assert len(warnings) == 2
+    assert "dangling.txt" in warnings[0] and "broken symlink" in warnings[0]
+    assert "loop.md" in warnings[1] and "symlink loop" in warnings[1]
+
+
+def test_a_symlinked_folder_is_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("Ay.", encoding="utf-8")
+    (tmp_path / "up").symlink_to(tmp_path)  # would make the walk endless
+    docs = load_documents([tmp_path])
+    assert [Path(d.path).name for d in docs] == ["a.md"]
+
+
+def refuse_to_list(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """Make ``os.scandir`` of ``folder`` fail as an unreadable folder does (even for root)."""
+    real = os.scandir
+
+    def scandir(path: str | os.PathLike[str]) -> object:
+        if Path(path) == folder:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_an_unreadable_folder_named_directly_says_so(tmp_path, monkeypatch) -> None:
+    (tmp_path / "a.md").write_text("Ay.", encoding="utf-8")
+    refuse_to_list(monkeypatch, tmp_path)
+    with pytest.raises(DocumentError, match="cannot be read: permission denied") as error:
+        load_documents([tmp_path])
+    assert str(tmp_path) in str(error.value)
+    assert "has no .txt or .md files" not in str(error.value)
+
+
+def test_an_unreadable_subfolder_is_skipped_with_a_warning(tmp_path, monkeypatch) -> None:
+    (tmp_path / "a.md").write_text("Ay.", encoding="utf-8")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "b.md").write_text("Bee.", encoding="utf-8")
+    refuse_to_list(monkeypatch, tmp_path / "locked")
+    warnings: list[str] = []
+    docs = load_documents([tmp_path], warn=warnings.append)
+    assert [Path(d.path).name for d in docs] == ["a.md"]
+    (warning,) = warnings
+    assert str(tmp_path / "locked") in warning and "permission denied" in warning
+
+
+@needs_permissions
+def test_an_unreadable_folder_on_disk(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "b.md").write_text("Bee.", encoding="utf-8")
+    (tmp_path / "a.md").write_text("Ay.", encoding="utf-8")
+    locked.chmod(0)
+    try:
+        with pytest.raises(DocumentError, match="cannot be read: permission denied"):
+            load_documents([locked])
+        warnings: list[str] = []
+        assert [Path(d.path).name for d in load_documents([tmp_path], warn=warnings.append)] == [
+            "a.md"
+        ]
+        assert "permission denied" in warnings[0]
+    finally:
+        locked.chmod(0o700)
+
+
+@needs_permissions
+def test_an_unreadable_file_named_directly(tmp_path: Path) -> None:
+    path = tmp_path / "secret.md"
+    path.write_text("Hidden.", encoding="utf-8")
+    path.chmod(0)
+    try:
+        with pytest.raises(DocumentError, match="cannot be read: Permission denied"):
+            load_documents([path])
+    finally:
+        path.chmod(0o600)
+
+
+# --------------------------------------------------------------------------------- passages
+
+
+def test_passages_keep_their_documents_offsets_and_lines() -> None:
+    text = "# Title\n\nFirst paragraph here.\n\nSecond one."
+    (first, second) = chunk_documents([Document("docs/a.md", text)], max_chars=30)
+    assert (first.text, first.line_start, first.line_end) == ("# Title\n\nFirst paragraph here.",
+                                                               1, 3)
+    assert text[second.start:second.end] == second.text == "Second one."
+    assert (second.path, second.line_start) == ("docs/a.md", 5)
+
+
+def test_passage_location_and_source() -> None:
+    p = Passage("docs/a.md", "Text.", 10, 15, 3, 7)
+    assert p.location == "docs/a.md, lines 3-7"
+    assert Passage("docs/a.md", "Text.", 0, 5, 2, 2).location == "docs/a.md, line 2"
+    source = p.to_source(score=0.5)
+    assert source.title == "a.md"
+    assert source.text == "Text."
+    assert dict(source.metadata) == {
+        "path": "docs/a.md", "start": 10, "end": 15, "line_start": 3, "line_end": 7, "score": 0.5,
+    }
+
+
+def test_document_name() -> None:
+    assert Document("docs/a.md", "x").name == "a.md"

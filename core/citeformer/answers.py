@@ -48,9 +48,10 @@ def bad_markers(text: str, n_sources: int, *, finished: bool) -> list[str]:
     scan = scan_markers(text, n_sources)
     found = [(c.start, text[c.start:c.end]) for c in scan.out_of_range]
     found += [(start, text[start:end]) for start, end in scan.malformed]
+    last_bracket = max(text.rfind("["), text.rfind("]"))
     for offset in scan.stray:
-        opening = text[offset] == "[" and not any(b in text[offset + 1:] for b in "[]")
-        if not (opening and not finished):
+        still_open = text[offset] == "[" and offset == last_bracket
+        if finished or not still_open:
             found.append((offset, text[offset:offset + 12]))
     return [marker for _, marker in sorted(found)]
 

@@ -1,22 +1,20 @@
-"""ServerGenerator against a scripted OpenAI-compatible server (httpx.MockTransport): offline.
+"""ServerGenerator against a scripted OpenAI-compatible server (citeformer.testing.FakeServer).
 
-The same behaviours run against a real llama.cpp server in tests/integration/test_llama_server.py.
+The same behaviours run against a real llama.cpp server in tests/server/test_llama_server.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import httpx
 import pytest
 
 from citeformer import (
     AnswerGenerator,
+    AsyncAnswerGenerator,
     CitedAnswer,
-    InvalidInputError,
     Policy,
     ServerConnectionError,
     ServerGenerator,
@@ -24,166 +22,17 @@ from citeformer import (
     ServerResponseError,
     Source,
     build_grammar,
+    build_request,
 )
-from citeformer import remote as remote_module
 from citeformer.errors import (
     EmptyQuestionError,
     EmptySourceError,
     GrammarViolationError,
     NoSourcesError,
 )
-from citeformer.prompt import build_messages
-from tests.fake_server import MODEL, FakeServer, byte_chunks, chat_chunks, sse
-
-SOURCES = [
-    Source("Paris is the capital of France.", title="France"),
-    Source("Berlin is the capital of Germany."),
-    "Madrid is the capital of Spain.",
-]
-QUESTION = "What are the capitals of France and Germany?"
-
-
-@pytest.fixture(autouse=True)
-def no_env_keys(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CITEFORMER_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
-
-@pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The backoff waits, recorded instead of slept (sync and async)."""
-    waited: list[float] = []
-
-    async def asleep(seconds: float) -> None:
-        waited.append(seconds)
-
-    monkeypatch.setattr(remote_module.time, "sleep", waited.append)
-    monkeypatch.setattr(remote_module.asyncio, "sleep", asleep)
-    return waited
-
-
-def collect(stream: Any) -> list[str]:
-    return list(stream)
-
-
-async def acollect(stream: Any) -> list[str]:
-    return [chunk async for chunk in stream]
-
-
-# -- request bodies, per engine ------------------------------------------------------------
-
-
-def expected_common(policy: Policy = Policy.REQUIRED) -> dict[str, Any]:
-    sources = [s if isinstance(s, Source) else Source(s) for s in SOURCES]
-    return {
-        "model": MODEL,
-        "messages": build_messages(QUESTION, sources, policy),
-        "max_tokens": 48,
-        "temperature": 0.0,
-    }
-
-
-def test_llama_cpp_body_carries_grammar_top_level() -> None:
-    # llama-cpp-python server: CreateChatCompletionRequest.grammar, a GBNF string
-    # (abetlen/llama-cpp-python, llama_cpp/server/types.py).
-    server = FakeServer()
-    server.generator().generate(QUESTION, SOURCES, max_new_tokens=48)
-    (body,) = server.bodies
-    assert server.requests[0].url.path == "/v1/chat/completions"
-    assert body == {
-        **expected_common(),
-        "repeat_penalty": 1.0,  # the server's default is 1.1; CiteGenerator uses none
-        "grammar": build_grammar(3, Policy.REQUIRED),
-    }
-
-
-def test_vllm_body_carries_structured_outputs_grammar() -> None:
-    # vLLM >= 0.12: {"structured_outputs": {"grammar": ...}} as an extra body parameter
-    # (https://docs.vllm.ai/en/latest/features/structured_outputs/).
-    server = FakeServer()
-    server.generator(engine="vllm").generate(QUESTION, SOURCES, Policy.AUTO, max_new_tokens=48)
-    (body,) = server.bodies
-    assert body == {
-        **expected_common(Policy.AUTO),
-        "structured_outputs": {"grammar": build_grammar(3, Policy.AUTO)},
-    }
-    assert "grammar" not in body and "guided_grammar" not in body
-
-
-def test_older_vllm_body_carries_guided_grammar() -> None:
-    # vLLM before v0.12.0: "guided_grammar" (https://docs.vllm.ai/en/v0.9.1/features/
-    # structured_outputs.html; removed in v0.12.0 in favour of structured_outputs).
-    server = FakeServer()
-    server.generator(engine="vllm-guided").generate(QUESTION, SOURCES, max_new_tokens=48)
-    (body,) = server.bodies
-    assert body == {**expected_common(), "guided_grammar": build_grammar(3, Policy.REQUIRED)}
-
-
-def test_sglang_body_carries_ebnf() -> None:
-    # SGLang: "ebnf" on chat completions (https://docs.sglang.io/advanced_features/
-    # structured_outputs.html; ChatCompletionRequest.ebnf in sglang's openai protocol.py).
-    server = FakeServer()
-    server.generator(engine="sglang").generate(
-        QUESTION, SOURCES, Policy.QUOTES_ONLY, max_new_tokens=48, max_quote_chars=80
-    )
-    (body,) = server.bodies
-    sources = [s if isinstance(s, Source) else Source(s) for s in SOURCES]
-    assert body == {
-        **expected_common(Policy.QUOTES_ONLY),
-        "ebnf": build_grammar(3, Policy.QUOTES_ONLY, max_quote_chars=80, quote_sources=sources),
-    }
-
-
-def test_streamed_body_asks_for_sse_and_usage() -> None:
-    server = FakeServer()
-    collect(server.generator().stream(QUESTION, SOURCES, max_new_tokens=48))
-    (body,) = server.bodies
-    assert body == {
-        **expected_common(),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "repeat_penalty": 1.0,
-        "grammar": build_grammar(3, Policy.REQUIRED),
-    }
-
-
-def test_sampling_options_travel() -> None:
-    server = FakeServer()
-    server.generator().generate(
-        QUESTION, SOURCES, max_new_tokens=48, do_sample=True, temperature=0.7, seed=3,
-        instructions="Be brief.", max_sentence_words=10,
-    )
-    (body,) = server.bodies
-    assert body["temperature"] == 0.7 and body["top_p"] == 1.0 and body["seed"] == 3
-    # llama-cpp-python's server would cut the distribution to top_k 40 and min_p 0.05
-    assert (body["top_k"], body["min_p"], body["repeat_penalty"]) == (0, 0.0, 1.0)
-    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
-    assert body["grammar"] == build_grammar(3, Policy.REQUIRED, max_sentence_words=10)
-
-
-def test_request_body_is_what_generate_sends() -> None:
-    server = FakeServer()
-    gen = server.generator(engine="sglang")
-    expected = gen.request_body(QUESTION, SOURCES, max_new_tokens=48)
-    gen.generate(QUESTION, SOURCES, max_new_tokens=48)
-    assert server.bodies == [expected]
-
-
-def test_own_prompt_goes_to_text_completions() -> None:
-    server = FakeServer()
-    answer = server.generator().generate(QUESTION, SOURCES, prompt="Sources: ...\nAnswer:\n")
-    (body,) = server.bodies
-    assert server.requests[0].url.path == "/v1/completions"
-    assert body["prompt"] == "Sources: ...\nAnswer:\n" and "messages" not in body
-    assert answer.text == "Paris is the capital of France [1]. Berlin is in Germany [2]."
-
-
-def test_unconstrained_sends_no_grammar_and_keeps_only_valid_citations() -> None:
-    server = FakeServer(pieces=["Paris [1]. Rome [7]."])
-    answer = server.generator().generate(QUESTION, SOURCES, constrained=False)
-    (body,) = server.bodies
-    assert "grammar" not in body
-    assert answer.text == "Paris [1]. Rome [7]." and answer.cited_ids == [1]
+from citeformer.server import AsyncServerAnswerStream, ServerAnswerStream
+from citeformer.testing._server import MODEL, FakeServer, byte_chunks, chat_chunks, sse
+from tests.server.common import NORMALIZED, QUESTION, SOURCES, acollect, collect
 
 
 def test_model_is_asked_of_the_server_when_not_given() -> None:
@@ -195,124 +44,6 @@ def test_model_is_asked_of_the_server_when_not_given() -> None:
     paths = [r.url.path for r in server.requests]
     assert paths == ["/v1/models", "/v1/chat/completions", "/v1/chat/completions"]
     assert gen.model == MODEL and server.bodies[0]["model"] == MODEL
-
-
-# -- connection settings -------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("given", "root"),
-    [
-        ("http://localhost:8080", "http://localhost:8080/v1"),
-        ("http://localhost:8080/", "http://localhost:8080/v1"),
-        ("https://llm.example.com/v1", "https://llm.example.com/v1"),
-        ("http://lb.internal/llm", "http://lb.internal/llm/v1"),
-    ],
-)
-def test_base_url_with_or_without_v1(given: str, root: str) -> None:
-    assert ServerGenerator(given).base_url == root
-
-
-@pytest.mark.parametrize("bad", ["localhost:8080", "ftp://host", "http://", "", "http://h:port"])
-def test_bad_url_is_invalid_input(bad: str) -> None:
-    with pytest.raises(InvalidInputError, match="URL|port"):
-        ServerGenerator(bad)
-
-
-def test_bad_settings_are_refused() -> None:
-    with pytest.raises(InvalidInputError, match="unknown engine 'tgi'"):
-        ServerGenerator("http://h", engine="tgi")
-    with pytest.raises(ValueError, match="max_retries"):
-        ServerGenerator("http://h", max_retries=-1)
-    with pytest.raises(ValueError, match="timeout"):
-        ServerGenerator("http://h", timeout=0)
-
-
-def test_api_key_from_argument_then_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    def sent_key(**kwargs: Any) -> str | None:
-        server = FakeServer()
-        server.generator(**kwargs).generate(QUESTION, SOURCES)
-        return server.requests[0].headers.get("authorization")
-
-    assert sent_key() is None
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
-    assert sent_key() == "Bearer sk-openai"
-    monkeypatch.setenv("CITEFORMER_API_KEY", "sk-cite")
-    assert sent_key() == "Bearer sk-cite"
-    assert sent_key(api_key="sk-given") == "Bearer sk-given"
-
-
-def test_retries_connection_errors_with_backoff(sleeps: list[float]) -> None:
-    server = FakeServer()
-    failures = iter([httpx.ConnectError("refused"), httpx.ConnectError("refused")])
-
-    def respond(request: httpx.Request) -> httpx.Response:
-        if (error := next(failures, None)) is not None:
-            raise error
-        return server.answer(request)
-
-    server.respond = respond
-    answer = server.generator(max_retries=2, retry_backoff=1.0).generate(QUESTION, SOURCES)
-    assert answer.cited_ids == [1, 2]
-    assert len(server.requests) == 3
-    # retry_backoff * 2**attempt, with +-25% jitter
-    assert 0.75 <= sleeps[0] <= 1.25 and 1.5 <= sleeps[1] <= 2.5
-
-
-def test_retries_5xx_then_gives_up_with_the_servers_words(sleeps: list[float]) -> None:
-    server = FakeServer(respond=lambda r: httpx.Response(503, json={"error": {
-        "message": "Service Unavailable: model loading"}}))
-    with pytest.raises(ServerResponseError, match="503.*after 3 attempts.*model loading") as info:
-        server.generator(max_retries=2).generate(QUESTION, SOURCES)
-    assert info.value.status_code == 503
-    assert len(server.requests) == 3 and len(sleeps) == 2
-
-
-def test_retry_after_header_is_honoured(sleeps: list[float]) -> None:
-    server = FakeServer()
-    statuses = iter([429])
-
-    def respond(request: httpx.Request) -> httpx.Response:
-        if (status := next(statuses, None)) is not None:
-            return httpx.Response(status, headers={"Retry-After": "2"}, text="slow down")
-        return server.answer(request)
-
-    server.respond = respond
-    server.generator().generate(QUESTION, SOURCES)
-    assert sleeps == [2.0]
-
-
-def test_unreachable_server_is_a_connection_error(sleeps: list[float]) -> None:
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("[Errno 111] Connection refused")
-
-    server = FakeServer(respond=refuse)
-    with pytest.raises(ServerConnectionError, match="could not reach.*llm.test.*refused"):
-        server.generator(max_retries=1).generate(QUESTION, SOURCES)
-    assert len(server.requests) == 2
-
-
-def test_4xx_is_not_retried_and_shows_what_the_server_said(sleeps: list[float]) -> None:
-    # llama-cpp-python answers a grammar it cannot parse with a 400 or 500 and its message.
-    server = FakeServer(respond=lambda r: httpx.Response(400, json={"error": {
-        "message": "parse: error parsing grammar: expecting ::= at {1,24}", "type": "x"}}))
-    with pytest.raises(ServerResponseError) as info:
-        server.generator().generate(QUESTION, SOURCES)
-    message = str(info.value)
-    assert "400" in message and "error parsing grammar: expecting ::= at {1,24}" in message
-    assert "rejected the grammar" in message and "engine" in message
-    assert info.value.status_code == 400 and "expecting" in info.value.body
-    assert len(server.requests) == 1 and sleeps == []
-
-
-def test_4xx_with_fastapi_detail_and_plain_text() -> None:
-    detail = {"detail": [{"loc": ["body", "ebnf"], "msg": "extra fields not permitted"}]}
-    server = FakeServer(respond=lambda r: httpx.Response(422, json=detail))
-    with pytest.raises(ServerResponseError, match="422.*extra fields not permitted"):
-        server.generator().generate(QUESTION, SOURCES)
-    server = FakeServer(respond=lambda r: httpx.Response(401, text="invalid api key"))
-    with pytest.raises(ServerResponseError, match="401.*invalid api key.*API key"):
-        server.generator().generate(QUESTION, SOURCES)
 
 
 def test_input_is_checked_before_any_request() -> None:
@@ -328,14 +59,23 @@ def test_input_is_checked_before_any_request() -> None:
         gen.generate(QUESTION, SOURCES, max_new_tokens=0)
     with pytest.raises(ValueError, match="temperature"):
         gen.generate(QUESTION, SOURCES, do_sample=True, temperature=0)
-    with pytest.raises(TypeError, match="unknown grammar option"):
-        gen.generate(QUESTION, SOURCES, max_words=3)
+    with pytest.raises(TypeError, match="unknown option"):
+        gen.generate(QUESTION, SOURCES, max_words=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="list of Source"):
-        gen.generate(QUESTION, "one passage")
+        gen.generate(QUESTION, "one passage")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="evidence= .* CiteGenerator only"):
         gen.generate(QUESTION, SOURCES, evidence="lexical")
+    with pytest.raises(ValueError, match="evidence= .* CiteGenerator only"):
+        gen.answer_stream(build_request(QUESTION, SOURCES, evidence="embedding"))
     assert server.requests == []
     gen.request_body(QUESTION, SOURCES, evidence=None)  # the default of CiteGenerator's callers
+
+
+def test_evidence_left_at_its_default_is_not_an_error() -> None:
+    server = FakeServer()
+    request = build_request(QUESTION, SOURCES)
+    assert request.evidence is not None and request.evidence_by_default
+    assert server.generator().answer(request).cited_ids == [1, 2]
 
 
 # -- parsing the answer --------------------------------------------------------------------
@@ -476,6 +216,12 @@ def test_connection_lost_mid_stream_is_an_error_not_an_answer() -> None:
         _ = stream.answer
 
 
+def test_connection_lost_while_a_whole_answer_arrives_is_an_error() -> None:
+    server = FakeServer(respond=lambda r: httpx.Response(200, content=dropped_after(b'{"ch')))
+    with pytest.raises(ServerConnectionError, match="lost while the answer arrived.*not returned"):
+        server.generator().generate(QUESTION, SOURCES)
+
+
 def test_stream_that_ends_without_finishing_is_an_error() -> None:
     body = sse(chat_chunks(["Paris [", "1", "]."], finish=None), done=False)
     server = FakeServer(respond=lambda r: httpx.Response(200, content=body))
@@ -500,6 +246,22 @@ def test_stream_retries_before_the_first_byte(sleeps: list[float]) -> None:
     assert len(server.requests) == 2 and len(sleeps) == 1
 
 
+def test_leaving_a_stream_early_closes_the_response() -> None:
+    body = sse(chat_chunks(["Paris is", " the capital [", "1", "]."]))
+    responses: list[httpx.Response] = []
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        responses.append(httpx.Response(200, content=byte_chunks(body, 20)))
+        return responses[-1]
+
+    gen = FakeServer(respond=respond).generator()
+    for chunk in gen.stream(QUESTION, SOURCES):
+        assert chunk == "Paris is"
+        assert not responses[0].is_closed
+        break
+    assert responses[0].is_closed  # a real server stops generating when the connection closes
+
+
 # -- async twins ---------------------------------------------------------------------------
 
 
@@ -518,6 +280,14 @@ def test_agenerate_and_astream_match_the_sync_results() -> None:
     assert answer == expected == streamed
     assert "".join(chunks) == expected.text
     assert [r.url.path for r in server.requests].count("/v1/models") == 1
+
+
+def test_async_model_is_asked_of_the_server_when_not_given() -> None:
+    server = FakeServer()
+    gen = server.generator(model=None)
+    answer = asyncio.run(gen.agenerate(QUESTION, SOURCES))
+    assert answer.cited_ids == [1, 2] and gen.model == MODEL
+    assert [r.url.path for r in server.requests] == ["/v1/models", "/v1/chat/completions"]
 
 
 def async_dropped_after(first: bytes) -> AsyncIterator[bytes]:
@@ -547,21 +317,19 @@ def test_async_errors_match_the_sync_ones(sleeps: list[float]) -> None:
     asyncio.run(run())
 
 
-def test_async_retries_with_backoff(sleeps: list[float]) -> None:
-    server = FakeServer()
-    failures = iter([httpx.ConnectError("refused")])
-
-    def respond(request: httpx.Request) -> httpx.Response:
-        if (error := next(failures, None)) is not None:
-            raise error
-        return server.answer(request)
-
-    server.respond = respond
-    answer = asyncio.run(server.generator(retry_backoff=0.5).agenerate(QUESTION, SOURCES))
-    assert answer.cited_ids == [1, 2] and len(sleeps) == 1 and 0.375 <= sleeps[0] <= 0.625
-
-
 # -- the interface -------------------------------------------------------------------------
+
+
+def test_the_package_exports_only_its_public_names() -> None:
+    import citeformer
+    import citeformer.server
+
+    assert citeformer.server.__all__ == [
+        "ENGINES", "AsyncServerAnswerStream", "Engine", "ServerAnswerStream", "ServerGenerator",
+    ]
+    for name in ("ServerGenerator", "ServerAnswerStream", "AsyncServerAnswerStream"):
+        assert getattr(citeformer, name) is getattr(citeformer.server, name)
+    assert citeformer.server.ENGINES == ("llama.cpp", "vllm", "vllm-guided", "sglang")
 
 
 def test_check_names_the_served_model() -> None:
@@ -582,20 +350,39 @@ def test_check_fails_clearly_on_a_server_without_models() -> None:
 def test_is_an_answer_generator_and_closes() -> None:
     server = FakeServer()
     with server.generator() as gen:
-        assert isinstance(gen, AnswerGenerator)
+        assert isinstance(gen, AnswerGenerator) and isinstance(gen, AsyncAnswerGenerator)
         gen.generate(QUESTION, SOURCES)
-    assert gen._client is None
+        assert not gen._transport.closed
+    assert gen._transport.closed
     assert "engine='llama.cpp'" in repr(gen)
 
 
-def test_bodies_are_json_serialisable_for_every_policy() -> None:
-    gen = ServerGenerator("http://h", "m", engine="vllm")
-    for policy in (Policy.REQUIRED, Policy.AUTO):
-        body = gen.request_body(QUESTION, SOURCES, policy, stream=True)
-        assert json.loads(json.dumps(body)) == body
-        assert body["structured_outputs"]["grammar"] == build_grammar(3, policy)
-    body = gen.request_body(QUESTION, SOURCES, Policy.QUOTES_ONLY, verbatim_quotes=False)
-    assert body["structured_outputs"]["grammar"] == build_grammar(3, Policy.QUOTES_ONLY)
+def test_answer_takes_a_request_as_generate_takes_arguments() -> None:
+    server = FakeServer()
+    gen = server.generator()
+    request = build_request(QUESTION, SOURCES, Policy.AUTO, max_new_tokens=40)
+    assert gen.answer(request) == gen.generate(QUESTION, SOURCES, Policy.AUTO, max_new_tokens=40)
+    stream = gen.answer_stream(request)
+    assert isinstance(stream, ServerAnswerStream)
+    assert "".join(stream) == stream.answer.text
+
+    async def run() -> tuple[CitedAnswer, AsyncServerAnswerStream]:
+        astream = gen.aanswer_stream(request)
+        await acollect(astream)
+        return await gen.aanswer(request), astream
+
+    answer, astream = asyncio.run(run())
+    assert answer == astream.answer == stream.answer
+    assert server.bodies[0] == server.bodies[1] == server.bodies[4]
+    assert server.bodies[0]["max_tokens"] == 40
+
+
+def test_a_fake_server_is_a_transport_users_can_pass() -> None:
+    server = FakeServer()
+    gen = ServerGenerator("http://my-llm:9000", "served", transport=server)
+    assert gen.generate(QUESTION, SOURCES).cited_ids == [1, 2]
+    assert str(server.requests[0].url) == "http://my-llm:9000/v1/chat/completions"
+    assert server.bodies[0]["model"] == "served" and server.transport() is server
 
 
 # -- verbatim quotes (QUOTES_ONLY) ---------------------------------------------------------
@@ -605,9 +392,8 @@ def test_verbatim_quote_rules_travel_with_the_grammar() -> None:
     server = FakeServer(pieces=['The source says "the capital of', ' France" [', "1", "]."])
     gen = server.generator()
     answer = gen.generate(QUESTION, SOURCES, Policy.QUOTES_ONLY, min_quote_chars=4)
-    sources = [s if isinstance(s, Source) else Source(s) for s in SOURCES]
     assert server.bodies[0]["grammar"] == build_grammar(
-        3, Policy.QUOTES_ONLY, quote_sources=sources, min_quote_chars=4
+        3, Policy.QUOTES_ONLY, quote_sources=NORMALIZED, min_quote_chars=4
     )
     assert "quote-1" in server.bodies[0]["grammar"]
     (quote,) = answer.quotes

@@ -13,11 +13,12 @@ from citeformer import (
     Policy,
     ServerConnectionError,
     ServerGenerator,
+    ServerIgnoredGrammarError,
     Source,
     build_grammar,
     scan_markers,
 )
-from tests.integration.llama_server import LlamaServer, start_llama_server
+from tests.server.llama_server import LlamaServer, start_llama_server
 
 pytestmark = pytest.mark.integration
 
@@ -47,21 +48,21 @@ def assert_in_range(text: str, n: int) -> None:
 @pytest.mark.parametrize("policy", list(Policy))
 @pytest.mark.parametrize("n", [1, 3, 12, 100])
 def test_every_grammar_parses_in_llama_cpp(policy: Policy, n: int) -> None:
-    from tests.integration.llama_grammar import parse_gbnf
+    from tests.server.llama_grammar import parse_gbnf
 
     parse_gbnf(build_grammar(n, policy))  # raises on a grammar llama.cpp's parser rejects
 
 
 @pytest.mark.parametrize("n", [1, 3, 12, 100])
 def test_verbatim_quote_grammars_parse_in_llama_cpp(n: int) -> None:
-    from tests.integration.llama_grammar import parse_gbnf
+    from tests.server.llama_grammar import parse_gbnf
 
     texts = [f'{SOURCES[k % 3].text} Entry {k}: "a [b]" \\ {{c}} ü.' for k in range(n)]
     parse_gbnf(build_grammar(n, Policy.QUOTES_ONLY, quote_sources=texts))
 
 
 def test_the_parser_check_rejects_what_llama_cpp_rejects() -> None:
-    from tests.integration.llama_grammar import parse_gbnf
+    from tests.server.llama_grammar import parse_gbnf
 
     parse_gbnf('root ::= "a" [^\\[\\]]{1,3}')
     for bad in ('root ::= missing-rule', 'root ::= "a', "root ::= [a-"):
@@ -138,6 +139,20 @@ def test_adversarial_prompt_writes_no_fabricated_marker(gen: ServerGenerator) ->
                             do_sample=True, temperature=1.0, seed=seed, constrained=False)
         fabricated_unconstrained += scan_markers(free.text, len(SOURCES)).fabricated
     print(f"fabricated markers without the grammar: {fabricated_unconstrained} in 3 answers")
+
+
+def test_a_grammar_the_server_does_not_read_is_caught(llama_server: LlamaServer) -> None:
+    # llama.cpp reads "grammar", not vLLM's old "guided_grammar": it answers unconstrained, as a
+    # recent vLLM does, and the re-check refuses the answer before anyone sees it.
+    misled = ServerGenerator(llama_server.url, max_retries=0, engine="vllm-guided")
+    with pytest.raises(ServerIgnoredGrammarError) as info:
+        misled.generate(ADVERSARIAL, SOURCES, Policy.REQUIRED, max_new_tokens=64)
+    assert "'guided_grammar' field" in str(info.value) and "engine='vllm'" in str(info.value)
+    shown = ""
+    with pytest.raises(ServerIgnoredGrammarError):
+        for chunk in misled.stream(ADVERSARIAL, SOURCES, Policy.REQUIRED, max_new_tokens=64):
+            shown += chunk
+    assert_in_range(shown, len(SOURCES))
 
 
 def assert_verbatim(answer: CitedAnswer) -> None:
@@ -238,7 +253,7 @@ def test_cli_through_the_server(llama_server: LlamaServer, capsys: pytest.Captur
     import json
     from pathlib import Path
 
-    from citeformer import cli
+    from citeformer.app import cli
 
     docs = Path(__file__).resolve().parents[2] / "examples" / "docs"
     code = cli.main(["ask", QUESTION, "--docs", str(docs), "--server", llama_server.url,

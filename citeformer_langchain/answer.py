@@ -13,6 +13,8 @@ from langchain_core.documents import Document
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Self
 
+from citeformer.types import EvidenceSpan
+
 if TYPE_CHECKING:
     from citeformer.types import CitedAnswer
 
@@ -33,6 +35,10 @@ class DocumentCitation(BaseModel):
 
     document: Document
     """The document the marker points at (the very object that was passed in)."""
+
+    evidence: EvidenceSpan | None = None
+    """The sentence or two of ``document.page_content`` that best support the claim this marker
+    ends (``source_start``/``source_end`` index the page content); ``None`` when not computed."""
 
 
 class DocumentQuote(BaseModel):
@@ -70,7 +76,9 @@ class CitationAnswer(BaseModel):
     """An answer whose every ``[N]`` marker points at one of ``documents``.
 
     ``citations`` are in order of appearance; ``citations[i].document`` is
-    ``documents[citations[i].source_id - 1]``. ``to_dict()`` gives a plain dict for JSON.
+    ``documents[citations[i].source_id - 1]``. ``documents`` are the documents the model was
+    shown: those passed in, in order, without any left out for having a blank ``page_content``.
+    ``to_dict()`` gives a plain dict for JSON.
     """
 
     text: str = ""
@@ -80,7 +88,8 @@ class CitationAnswer(BaseModel):
     """Every marker in ``text``, in order of appearance."""
 
     documents: list[Document] = Field(default_factory=list)
-    """The documents the question was answered from, in the order they were passed."""
+    """The documents the question was answered from, in the order they were passed; ``[N]`` is
+    ``documents[N - 1]``. A document left out for a blank ``page_content`` is not among them."""
 
     quotes: list[DocumentQuote] = Field(default_factory=list)
     """Every verbatim quote (``QUOTES_ONLY`` policy), located in its document."""
@@ -100,17 +109,19 @@ class CitationAnswer(BaseModel):
         cls, answer: CitedAnswer, documents: Sequence[Document]
     ) -> Self:
         """Pair a core ``CitedAnswer`` with the documents its sources were made from, in order."""
+        from citeformer.errors import InvalidInputError
+
         documents = list(documents)
         if len(documents) != len(answer.sources):
             # A mismatch would make source_id point at the wrong Document: refuse rather than guess.
-            raise ValueError(
+            raise InvalidInputError(
                 f"the answer has {len(answer.sources)} sources but {len(documents)} documents "
                 "were given; pass exactly the documents the sources were built from"
             )
         citations = [
             DocumentCitation(
                 source_id=c.source_id, start=c.start, end=c.end,
-                document=documents[c.source_id - 1],
+                document=documents[c.source_id - 1], evidence=c.evidence,
             )
             for c in answer.citations
         ]
@@ -143,31 +154,38 @@ class CitationAnswer(BaseModel):
         return [self.documents[i - 1] for i in self.cited_ids]
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict for JSON; each document appears once, citations name it by ``source_id``.
+        """A plain dict for JSON: ``CitedAnswer.to_dict()``'s keys, with ``"documents"`` (each
+        once, numbered by ``source_id``, with its ``id``) in place of ``"sources"``.
 
         Document metadata is passed through as it is, so it is JSON-ready when the metadata is.
         """
-        return {
-            "text": self.text,
-            "citations": [
-                {"source_id": c.source_id, "start": c.start, "end": c.end} for c in self.citations
-            ],
-            "documents": [
-                {
-                    "source_id": i,
-                    "id": d.id,
-                    "page_content": d.page_content,
-                    "metadata": dict(d.metadata),
-                }
-                for i, d in enumerate(self.documents, start=1)
-            ],
-            "quotes": [
-                q.model_dump(exclude={"document"}) for q in self.quotes
-            ],
-            "finish_reason": self.finish_reason,
-            "prompt_tokens": self.prompt_tokens,
-            "generated_tokens": self.generated_tokens,
-        }
+        from citeformer.types import Citation, CitedAnswer, Quote
+
+        core = CitedAnswer(
+            text=self.text,
+            citations=tuple(
+                Citation(c.source_id, c.start, c.end, c.evidence) for c in self.citations
+            ),
+            sources=(),  # the documents below stand for them
+            # None only on a streamed chunk that is not the last one.
+            finish_reason=self.finish_reason,  # type: ignore[arg-type]
+            prompt_tokens=self.prompt_tokens,
+            generated_tokens=self.generated_tokens,
+            quotes=tuple(
+                Quote(q.text, q.source_id, q.start, q.end, q.source_start, q.source_end)
+                for q in self.quotes
+            ),
+        )
+        data = core.to_dict()
+        del data["sources"]
+        data["documents"] = [
+            {
+                "source_id": i, "id": d.id, "page_content": d.page_content,
+                "metadata": dict(d.metadata),
+            }
+            for i, d in enumerate(self.documents, start=1)
+        ]
+        return data
 
 
 class CitationAnswerChunk(CitationAnswer):
@@ -178,6 +196,15 @@ class CitationAnswerChunk(CitationAnswer):
     finish reason and the token counts. Adding all chunks in order gives the answer ``invoke``
     returns.
     """
+
+    @classmethod
+    def last(cls, answer: CitedAnswer, documents: Sequence[Document], *, shown: str) -> Self:
+        """The last chunk of a stream whose earlier chunks showed ``shown``: the citations,
+        quotes, documents, finish reason and token counts, with the text not shown yet."""
+        from citeformer.answers import unshown_text
+
+        final = cls.from_cited_answer(answer, documents)
+        return final.model_copy(update={"text": unshown_text(answer.text, shown)})
 
     def __add__(self, other: object) -> CitationAnswerChunk:
         if not isinstance(other, CitationAnswerChunk):

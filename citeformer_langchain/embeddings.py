@@ -44,7 +44,8 @@ class MiniLMEmbeddings(Embeddings):
     def embed_query(self, text: str) -> list[float]:
         """The unit vector of one query."""
         from citeformer.embeddings import embed
+        from citeformer.errors import InputTypeError
 
         if not isinstance(text, str):
-            raise TypeError(f"embed_query() takes one str, got {type(text).__name__}")
+            raise InputTypeError(f"embed_query() takes one str, got {type(text).__name__}")
         return embed([text])[0]

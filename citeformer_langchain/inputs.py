@@ -1,15 +1,19 @@
-"""What ``CitationRunnable`` accepts, and how ``Document``s become citeformer Sources."""
+"""What ``CitationRunnable`` accepts, and how one input becomes a ``GenerationRequest``."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.documents import Document
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from citeformer.types import Source
+    from citeformer.request import GenerationRequest
+    from citeformer.types import Policy, Source
+
+logger = logging.getLogger(__name__)
 
 QUESTION_KEYS = ("question", "input")
 """Where the question may be: ``"input"`` is the key ``create_retrieval_chain`` uses."""
@@ -17,8 +21,11 @@ QUESTION_KEYS = ("question", "input")
 DOCUMENT_KEYS = ("context", "documents")
 """Where the retrieved documents may be, first match wins."""
 
-TITLE_KEYS = ("title", "source")
-"""Metadata keys a document's title is taken from, first match wins."""
+TITLE_KEYS = ("title", "file_name", "source")
+"""Metadata keys a document's title is taken from: the first whose value is not blank."""
+
+EmptySources = Literal["drop", "raise"]
+"""What to do with a document whose ``page_content`` is blank: leave it out (logged) or raise."""
 
 
 class CitationInput(BaseModel):
@@ -35,30 +42,58 @@ class CitationInput(BaseModel):
     )
     context: list[Document] | None = Field(
         default=None,
-        description="The retrieved documents; a marker [N] cites the N-th (1-based).",
+        description=(
+            "The retrieved documents; a marker [N] cites the N-th (1-based) of those with text."
+        ),
     )
     documents: list[Document] | None = Field(
         default=None, description="The retrieved documents, when there is no 'context' key."
     )
 
 
-def read_input(value: object) -> tuple[str, list[Document]]:
-    """The question and the documents of one input, or a clear error naming what is wrong.
+def to_request(
+    value: object,
+    policy: Policy | str,
+    options: Mapping[str, Any],
+    *,
+    title_keys: Sequence[str] = TITLE_KEYS,
+    empty_sources: EmptySources = "drop",
+) -> tuple[GenerationRequest, list[Document]]:
+    """The checked request for one input, and the documents its sources are, in order.
 
-    Raises ``TypeError`` for a value that is not a dict or documents that are not a list of
-    ``Document``; citeformer's ``InvalidInputError`` for a missing key, ``EmptyQuestionError`` for
-    a question that is not a non-blank string, ``NoSourcesError`` for an empty list and
-    ``EmptySourceError`` for a document whose ``page_content`` is blank.
+    The documents are those the model sees: without the blank ones when ``empty_sources`` is
+    ``"drop"``, so that source N of the request is always document N of the list returned.
+    ``build_request`` checks the question and the sources; its errors name the input's key.
     """
-    from citeformer.errors import (
-        EmptyQuestionError,
-        EmptySourceError,
-        InvalidInputError,
-        NoSourcesError,
-    )
+    from citeformer.errors import EmptyQuestionError, NoSourcesError
+    from citeformer.request import build_request
+
+    question, question_key, documents, documents_key = read_input(value)
+    kept = _with_text(documents, documents_key, title_keys, empty_sources)
+    try:
+        request = build_request(question, to_sources(kept, title_keys), policy, **options)
+    except EmptyQuestionError as error:
+        raise EmptyQuestionError(f"input[{question_key!r}]: {error}") from error
+    except NoSourcesError as error:
+        if documents:
+            raise NoSourcesError(
+                f"input[{documents_key!r}] holds no document with text (all "
+                f"{len(documents)} have empty page_content and were dropped): {error}"
+            ) from error
+        raise NoSourcesError(f"input[{documents_key!r}] is an empty list: {error}") from error
+    return request, kept
+
+
+def read_input(value: object) -> tuple[Any, str, list[Document], str]:
+    """The question (not yet checked), its key, the documents and their key, or a clear error.
+
+    Raises ``InputTypeError`` (a ``TypeError``) for a value that is not a dict or documents that
+    are not a list of ``Document``, and ``InvalidInputError`` for a missing key.
+    """
+    from citeformer.errors import InputTypeError, InvalidInputError
 
     if not isinstance(value, Mapping):
-        raise TypeError(
+        raise InputTypeError(
             f"CitationRunnable takes a dict with the question under 'question' (or 'input') and "
             f"the retrieved Documents under 'context' (or 'documents'), got "
             f"{type(value).__name__} {_short(value)}; to start from a question string use "
@@ -74,61 +109,71 @@ def read_input(value: object) -> tuple[str, list[Document]]:
             f"{sorted(map(str, value))}. Pass {{'question': ..., 'context': [Document, ...]}}"
         )
 
-    question = value[question_key]
-    if not isinstance(question, str):
-        raise EmptyQuestionError(
-            f"input[{question_key!r}] must be the question as a str, got "
-            f"{type(question).__name__} {_short(question)}"
-        )
-    if not question.strip():
-        raise EmptyQuestionError(f"input[{question_key!r}] is empty ({question!r}); ask something")
-
     documents = value[documents_key]
     if isinstance(documents, (str, Document)) or not isinstance(documents, Sequence):
-        raise TypeError(
+        raise InputTypeError(
             f"input[{documents_key!r}] must be a list of Documents (a retriever's output), got "
             f"{type(documents).__name__} {_short(documents)}; do not format the documents into "
             "a string before this step, it numbers them itself"
         )
-    if not documents:
-        raise NoSourcesError(
-            f"input[{documents_key!r}] is an empty list: the retriever found nothing, so there "
-            "is nothing to cite; check the retriever, or answer 'not found' before this step"
-        )
     for number, document in enumerate(documents, start=1):
         if not isinstance(document, Document):
-            raise TypeError(
+            raise InputTypeError(
                 f"input[{documents_key!r}] item {number} is a {type(document).__name__} "
                 f"{_short(document)}, not a langchain_core.documents.Document; wrap text as "
                 "Document(page_content=text)"
             )
-        if not document.page_content.strip():
-            raise EmptySourceError(
-                f"input[{documents_key!r}] document {number} "
-                f"({document_title(document) or 'untitled'}) has empty page_content; filter "
-                "such documents out before this step, since a marker pointing at one could "
-                "support nothing"
-            )
-    return question, list(documents)
+    return value[question_key], question_key, list(documents), documents_key
 
 
-def document_title(document: Document) -> str | None:
-    """The document's ``title`` metadata, else its ``source``, else ``None``."""
-    for key in TITLE_KEYS:
+def document_title(document: Document, title_keys: Sequence[str] = TITLE_KEYS) -> str | None:
+    """The first non-blank value among the document's ``title_keys`` metadata (white space
+    folded), else ``None``."""
+    for key in title_keys:
         value = document.metadata.get(key)
         if value is not None and str(value).strip():
             return " ".join(str(value).split())
     return None
 
 
-def to_sources(documents: Sequence[Document]) -> list[Source]:
+def to_sources(
+    documents: Sequence[Document], title_keys: Sequence[str] = TITLE_KEYS
+) -> list[Source]:
     """citeformer Sources in the same order, so that source N is document N."""
     from citeformer.types import Source
 
     return [
-        Source(text=d.page_content, title=document_title(d), metadata=d.metadata)
+        Source(text=d.page_content, title=document_title(d, title_keys), metadata=d.metadata)
         for d in documents
     ]
+
+
+def _with_text(
+    documents: list[Document],
+    key: str,
+    title_keys: Sequence[str],
+    empty_sources: EmptySources,
+) -> list[Document]:
+    # A marker pointing at a blank document could support nothing, so it never gets a number.
+    from citeformer.errors import EmptySourceError
+
+    kept = []
+    for number, document in enumerate(documents, start=1):
+        if document.page_content.strip():
+            kept.append(document)
+            continue
+        title = document_title(document, title_keys) or "untitled"
+        if empty_sources == "raise":
+            raise EmptySourceError(
+                f"input[{key!r}] document {number} ({title}) has empty page_content; filter "
+                "such documents out before this step, or pass empty_sources='drop' to leave "
+                "them out, since a marker pointing at one could support nothing"
+            )
+        logger.warning(
+            "dropping document %d of %d (%s) from input[%r]: its page_content is empty",
+            number, len(documents), title, key,
+        )
+    return kept
 
 
 def _short(value: Any) -> str:

@@ -14,13 +14,16 @@ _SNIPPET_CHARS = 80
 def render_markdown(answer: CitationAnswer, *, heading: str | None = "Sources") -> str:
     """The answer text, then every document as ``N. Title`` so that ``[N]`` in the text is item N.
 
-    The title is the document's ``title`` metadata, else its ``source``, else the start of its
-    text in quotes. An http(s) ``source`` becomes the link target. All documents are listed,
-    cited or not, so that Markdown's ordered list keeps the numbers of the markers (it renumbers
-    a list that skips). ``heading=None`` leaves the heading out.
+    The title is the first non-blank of the document's ``title``, ``file_name`` and ``source``
+    metadata, else the start of its text in quotes. An http(s) ``source`` becomes the link
+    target. All documents are listed, cited or not, so that Markdown's ordered list keeps the
+    numbers of the markers (it renumbers a list that skips). ``heading=None`` leaves the heading
+    out.
     """
     if not isinstance(answer, CitationAnswer):
-        raise TypeError(
+        from citeformer.errors import InputTypeError
+
+        raise InputTypeError(
             f"render_markdown() takes a CitationAnswer (what CitationRunnable returns), "
             f"got {type(answer).__name__}"
         )

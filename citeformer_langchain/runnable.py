@@ -5,21 +5,34 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from functools import partial
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
+from langchain_core.documents import Document
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import get_config_list, run_in_executor
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+from pydantic.json_schema import SkipJsonSchema
 from typing_extensions import override
 
+from citeformer.evidence import Evidence
+from citeformer.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY, GenerationRequest
+from citeformer.types import AnswerGenerator, AsyncAnswerChunks, AsyncAnswerGenerator
 from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk
-from citeformer_langchain.inputs import CitationInput, read_input, to_sources
+from citeformer_langchain.inputs import (
+    TITLE_KEYS,
+    CitationInput,
+    EmptySources,
+    to_request,
+)
+
+GENERATOR_DEFAULT = "default"
+"""``evidence`` left to the generator: ``"lexical"`` in this process, none on a server."""
 
 _OPTIONS = (
-    "policy", "max_new_tokens", "do_sample", "temperature", "seed", "instructions",
+    "policy", "max_new_tokens", "do_sample", "temperature", "seed", "instructions", "evidence",
     "grammar_options",
 )
 _DONE = object()
@@ -27,12 +40,23 @@ _DONE = object()
 
 class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
     """Answers a question from retrieved ``Document``s; every ``[N]`` marker in the answer
-    points at the N-th Document passed (1-based), because a grammar masks any other number.
+    points at the N-th Document the model was shown (1-based), because a grammar masks any other
+    number.
 
     The input is a dict with the question under ``"question"`` (or ``"input"``) and the
     Documents under ``"context"`` (or ``"documents"``); other keys are ignored. The output is a
     ``CitationAnswer``: ``.text``, ``.citations`` (``source_id``, ``start``, ``end``,
     ``document``), ``.documents`` and ``.to_dict()``.
+
+    Documents become citeformer Sources in order. A source's title is the first non-blank of the
+    document's metadata ``title_keys`` (``title``, then ``file_name``, then ``source``).
+
+    A document whose ``page_content`` is blank is left out, with a logged warning
+    (``empty_sources="drop"``), so that it never gets a number. The answer's ``documents`` are
+    the documents the model saw, and ``[N]`` is always ``answer.documents[N - 1]``: once a blank
+    document was left out, that is not the N-th document of the input. If no document is left,
+    ``NoSourcesError``. With ``empty_sources="raise"``, a blank document raises
+    ``EmptySourceError`` naming it.
 
     Setup:
         .. code-block:: bash
@@ -46,8 +70,9 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
 
             cite = CitationRunnable()  # the embedded SmolLM2-135M, loaded on first use
             cite = CitationRunnable(generator=CiteGenerator.from_pretrained(name),
-                                    policy="auto", max_new_tokens=96)
+                                    policy="auto", max_new_tokens=96, evidence="embedding")
             cite = CitationRunnable(generator=ServerGenerator("http://vllm:8000", engine="vllm"))
+            cite = CitationRunnable(generator=FakeGenerator())  # citeformer.testing, for tests
             chain = {"context": retriever, "question": RunnablePassthrough()} | cite
             chain = CitationRunnable.from_retriever(retriever)  # the same, in one line
 
@@ -77,27 +102,34 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             async for chunk in chain.astream(question): ...
             async for event in chain.astream_events(question, version="v2"): ...
 
+        A generator with ``aanswer``/``aanswer_stream`` (``ServerGenerator``, ``FakeGenerator``)
+        is awaited; a model in this process generates in a worker thread, off the event loop.
+        Leaving a stream early (``break``) stops the generation.
+
     ``batch``/``abatch`` run one generation after another (one model, one answer per input); with
-    a ``ServerGenerator`` they send the requests side by side, for the server to batch.
+    an async generator (a ``ServerGenerator``) they send the requests side by side, for the
+    server to batch.
     """
 
-    generator: Any = Field(default=None, exclude=True)
-    """A ``citeformer.CiteGenerator``, a ``citeformer.ServerGenerator`` (a llama.cpp, vLLM or
-    SGLang server), or anything with their ``generate``/``stream``; ``None`` uses the embedded
-    default model, loaded once per process on first use. A generator with ``agenerate`` and
-    ``astream`` is awaited on the async paths instead of running in a worker thread."""
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    policy: str = "required"
+    generator: SkipJsonSchema[AnswerGenerator | None] = Field(default=None, exclude=True)
+    """A ``citeformer.CiteGenerator``, a ``citeformer.ServerGenerator`` (a llama.cpp, vLLM or
+    SGLang server), or any ``citeformer.AnswerGenerator`` (``answer``/``answer_stream``);
+    ``None`` uses the embedded default model, loaded once per process on first use."""
+
+    policy: str = DEFAULT_POLICY.value
     """Where markers are required: ``"required"`` (every sentence), ``"quotes_only"`` or
     ``"auto"``; see ``citeformer.Policy``."""
 
-    max_new_tokens: int = Field(default=160, gt=0)
+    max_new_tokens: int = Field(default=DEFAULT_MAX_NEW_TOKENS, gt=0)
     """Most tokens to generate per answer."""
 
-    do_sample: bool = False
+    # The request's own defaults, so that the runnable and the core cannot drift apart.
+    do_sample: bool = GenerationRequest.do_sample
     """Sample instead of greedy decoding."""
 
-    temperature: float = Field(default=1.0, gt=0)
+    temperature: float = Field(default=GenerationRequest.temperature, gt=0)
     """Sampling temperature, used when ``do_sample``."""
 
     seed: int | None = None
@@ -106,8 +138,22 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
     instructions: str | None = None
     """System instructions replacing the policy's default ones."""
 
-    grammar_options: dict[str, int] = Field(default_factory=dict)
-    """Options of ``citeformer.build_grammar``, e.g. ``{"max_sentence_words": 16}``."""
+    evidence: SkipJsonSchema[Evidence] | str | None = GENERATOR_DEFAULT
+    """How a marker's id is chosen among the valid ones: ``"lexical"``, ``"embedding"``, a
+    ``citeformer.evidence.Evidence`` or ``None`` (the model alone); see the README. ``"default"``
+    leaves it to the generator: ``"lexical"`` in this process, none on a server (a server
+    refuses any other value)."""
+
+    grammar_options: dict[str, int | bool] = Field(default_factory=dict)
+    """Options of ``citeformer.build_grammar``, e.g. ``{"max_sentence_words": 16}``; those left
+    out keep the core's defaults."""
+
+    title_keys: tuple[str, ...] = TITLE_KEYS
+    """Metadata keys a source's title (shown to the model) is read from: the first non-blank."""
+
+    empty_sources: EmptySources = "drop"
+    """A document with a blank ``page_content``: ``"drop"`` leaves it out (logged), ``"raise"``
+    raises ``EmptySourceError``."""
 
     @field_validator("policy", mode="before")
     @classmethod
@@ -116,15 +162,36 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
 
         return Policy.coerce(value).value  # type: ignore[arg-type]
 
-    @field_validator("generator")
+    @field_validator("generator", mode="before")
     @classmethod
     def _check_generator(cls, value: object) -> object:
-        missing = [m for m in ("generate", "stream") if not callable(getattr(value, m, None))]
-        if value is not None and missing:
-            raise ValueError(
-                f"generator must be a citeformer.CiteGenerator or ServerGenerator (or None for "
-                f"the embedded model); a {type(value).__name__} has no {' or '.join(missing)}()"
+        if value is not None and not isinstance(value, AnswerGenerator):
+            from citeformer.errors import InputTypeError
+
+            missing = [m for m in ("answer", "answer_stream") if not hasattr(value, m)]
+            raise InputTypeError(
+                f"generator must be a citeformer.CiteGenerator, a ServerGenerator or another "
+                f"AnswerGenerator (or None for the embedded model); got {_short(value)} of "
+                f"type {type(value).__name__}, which has no "
+                f"{' or '.join(f'{m}()' for m in missing) or 'callable answer()'}"
             )
+        return value
+
+    @field_validator("evidence")
+    @classmethod
+    def _check_evidence(cls, value: Evidence | str | None) -> Evidence | str | None:
+        if value != GENERATOR_DEFAULT:
+            from citeformer.evidence import resolve_evidence
+
+            resolve_evidence(value)  # an unknown name raises here rather than at the first call
+        return value
+
+    @field_validator("grammar_options")
+    @classmethod
+    def _check_grammar_options(cls, value: dict[str, int | bool]) -> dict[str, int | bool]:
+        from citeformer.grammar import GrammarOptions
+
+        GrammarOptions.of(value)
         return value
 
     @classmethod
@@ -223,7 +290,7 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         **kwargs: Any,
     ) -> Iterator[tuple[int, CitationAnswer | Exception]]:
         # Sequential for the same reason as batch(), so "as completed" is input order.
-        configs = get_config_list(config, len(inputs))  # type: ignore[arg-type]
+        configs = get_config_list(config, len(inputs))
         for index, (input_, config_) in enumerate(zip(inputs, configs, strict=True)):
             try:
                 yield index, self.invoke(input_, config_, **kwargs)
@@ -241,7 +308,7 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> AsyncIterator[tuple[int, CitationAnswer | Exception]]:
-        configs = get_config_list(config, len(inputs))  # type: ignore[arg-type]
+        configs = get_config_list(config, len(inputs))
         for index, (input_, config_) in enumerate(zip(inputs, configs, strict=True)):
             try:
                 yield index, await self.ainvoke(input_, config_, **kwargs)
@@ -275,21 +342,36 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
     def _options(self, overrides: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(overrides) - set(_OPTIONS))
         if unknown:
-            raise TypeError(
+            from citeformer.errors import InputTypeError
+
+            raise InputTypeError(
                 f"unknown generation option(s) {unknown}; CitationRunnable takes {list(_OPTIONS)}"
             )
-        options = {name: getattr(self, name) for name in _OPTIONS}
+        values = {name: getattr(self, name) for name in _OPTIONS}
         if overrides:
             # Build a throwaway instance so that a per-call value is checked like a field.
-            checked = type(self).model_validate({**options, **overrides})
-            options = {name: getattr(checked, name) for name in _OPTIONS}
-        return options
+            checked = type(self).model_validate({**values, **overrides})
+            values = {name: getattr(checked, name) for name in _OPTIONS}
+        return values
+
+    def _request(
+        self, input: Any, options: dict[str, Any]
+    ) -> tuple[GenerationRequest, list[Document]]:
+        options = dict(options)
+        policy = options.pop("policy")
+        grammar = options.pop("grammar_options")
+        if options["evidence"] == GENERATOR_DEFAULT:
+            del options["evidence"]  # not passed, so a server does not refuse it
+        return to_request(
+            input, policy, {**options, **grammar},
+            title_keys=self.title_keys, empty_sources=self.empty_sources,
+        )
 
     def _served(self) -> bool:
-        # A generator with async twins (ServerGenerator) answers many requests at once.
-        return callable(getattr(self.generator, "agenerate", None))
+        # An async generator (ServerGenerator) is awaited, and answers many requests at once.
+        return isinstance(self.generator, AsyncAnswerGenerator)
 
-    def _generator(self) -> Any:
+    def _generator(self) -> AnswerGenerator:
         if self.generator is not None:
             return self.generator
         from citeformer import CiteGenerator
@@ -297,18 +379,15 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         return CiteGenerator.default()
 
     def _generate(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
-        question, documents = read_input(input)
-        answer = self._generator().generate(
-            question, to_sources(documents), **_generation_kwargs(options)
-        )
+        request, documents = self._request(input, options)
+        answer = self._generator().answer(request)
         return CitationAnswer.from_cited_answer(answer, documents)
 
     async def _agenerate(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
-        if self._served():
-            question, documents = read_input(input)
-            answer = await self.generator.agenerate(
-                question, to_sources(documents), **_generation_kwargs(options)
-            )
+        generator = self.generator
+        if isinstance(generator, AsyncAnswerGenerator):
+            request, documents = self._request(input, options)
+            answer = await generator.aanswer(request)
             return CitationAnswer.from_cited_answer(answer, documents)
         # In-process generation blocks for seconds: keep it off the event loop.
         return await run_in_executor(None, self._generate, input, options)
@@ -317,17 +396,15 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         self, inputs: Iterator[Any], options: dict[str, Any]
     ) -> Generator[CitationAnswerChunk, None, None]:
         input_ = next(inputs)  # stream() passes exactly one input
-        question, documents = read_input(input_)
-        stream = self._generator().stream(
-            question, to_sources(documents), **_generation_kwargs(options)
-        )
+        request, documents = self._request(input_, options)
+        stream = self._generator().answer_stream(request)
         pieces = iter(stream)
-        emitted = ""
+        shown = ""
         try:
             # The core streams only text its answer keeps (no open marker, no trailing space),
             # so the chunks join to the answer's text.
             for piece in pieces:
-                emitted += piece
+                shown += piece
                 yield CitationAnswerChunk(text=piece)
         finally:
             # Closing the core's iterator stops its generation thread when the consumer leaves
@@ -335,59 +412,131 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             close = getattr(pieces, "close", None)
             if close is not None:
                 close()
-        yield _final_chunk(stream.answer, documents, emitted)
+        yield CitationAnswerChunk.last(stream.answer, documents, shown=shown)
 
-    async def _astream(
+    def _astream(
         self, inputs: AsyncIterator[Any], options: dict[str, Any]
     ) -> AsyncIterator[CitationAnswerChunk]:
+        return _AsyncChunks(partial(self._chunk_source, inputs, options))
+
+    async def _chunk_source(self, inputs: AsyncIterator[Any], options: dict[str, Any]) -> _Source:
         input_ = await anext(inputs)  # astream() passes exactly one input
         generator = self.generator
-        if callable(getattr(generator, "astream", None)):
-            question, documents = read_input(input_)
-            stream = generator.astream(
-                question, to_sources(documents), **_generation_kwargs(options)
-            )
-            pieces = aiter(stream)
-            emitted = ""
-            try:
-                async for piece in pieces:
-                    emitted += piece
-                    yield CitationAnswerChunk(text=piece)
-            finally:
-                # Leaving early closes the connection, so the server stops generating.
-                aclose = getattr(pieces, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            yield _final_chunk(stream.answer, documents, emitted)
-            return
-        chunks = self._stream(iter([input_]), options)
-        # Steps run in executor threads, one at a time; the lock lets close() wait for a step
-        # still running when the consumer stops early, instead of failing on a running generator.
-        lock = threading.Lock()
+        if isinstance(generator, AsyncAnswerGenerator):
+            request, documents = self._request(input_, options)
+            return _AwaitedChunks(generator.aanswer_stream(request), documents)
+        return _ThreadedChunks(self._stream(iter([input_]), options))
 
-        def step() -> Any:
-            with lock:
-                return next(chunks, _DONE)
 
-        def close() -> None:
-            with lock:
-                chunks.close()
+class _Source(Protocol):
+    async def next(self) -> CitationAnswerChunk: ...
 
+    async def aclose(self) -> None: ...
+
+
+class _AsyncChunks:
+    """What ``astream`` iterates: the chunks of one answer.
+
+    An object rather than an async generator, on purpose. asyncio closes every unfinished async
+    generator at once when ``asyncio.run`` ends; had a caller left ``async for`` early, this one
+    would be closed there and by LangChain's own stream at the same time, and the second close
+    fails (``aclose(): asynchronous generator is already running``). ``aclose`` here may be
+    called any number of times, and stops the generation.
+    """
+
+    def __init__(self, start: Callable[[], Awaitable[_Source]]) -> None:
+        self._start = start  # reads the input and starts the generation, on the first chunk
+        self._source: _Source | None = None
+        self._closed = False
+
+    def __aiter__(self) -> _AsyncChunks:
+        return self
+
+    async def __anext__(self) -> CitationAnswerChunk:
+        if self._closed:
+            raise StopAsyncIteration
+        if self._source is None:
+            self._source = await self._start()
         try:
-            while (chunk := await run_in_executor(None, step)) is not _DONE:
-                yield chunk
-        finally:
-            await asyncio.shield(run_in_executor(None, close))
+            return await self._source.next()
+        except StopAsyncIteration:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._source is not None:
+            await self._source.aclose()
 
 
-def _final_chunk(answer: Any, documents: Any, emitted: str) -> CitationAnswerChunk:
-    # The citations, documents and finish reason, with whatever text the chunks have not shown.
-    final = CitationAnswerChunk.from_cited_answer(answer, documents)
-    rest_text = answer.text[len(emitted):] if answer.text.startswith(emitted) else ""
-    return final.model_copy(update={"text": rest_text})
+class _AwaitedChunks:
+    """Chunks of an async generator's stream (``aanswer_stream``), then the last chunk."""
+
+    def __init__(self, stream: AsyncAnswerChunks, documents: list[Document]) -> None:
+        self._stream = stream
+        self._pieces = aiter(stream)
+        self._documents = documents
+        self._shown = ""
+        self._ended = False
+
+    async def next(self) -> CitationAnswerChunk:
+        if self._ended:
+            raise StopAsyncIteration
+        try:
+            piece = await anext(self._pieces)
+        except StopAsyncIteration:
+            self._ended = True
+            return CitationAnswerChunk.last(self._stream.answer, self._documents, shown=self._shown)
+        self._shown += piece
+        return CitationAnswerChunk(text=piece)
+
+    async def aclose(self) -> None:
+        # Leaving early closes the connection, so the server stops generating.
+        aclose = getattr(self._pieces, "aclose", None)
+        if aclose is not None and not self._ended:
+            await aclose()
 
 
-def _generation_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    # Grammar options travel as keyword arguments of their own, beside the generation options.
-    kwargs = {k: v for k, v in options.items() if k != "grammar_options"}
-    return {**kwargs, **options["grammar_options"]}
+class _ThreadedChunks:
+    """Chunks of an in-process generation (``stream``'s), each awaited from a worker thread."""
+
+    def __init__(self, chunks: Generator[CitationAnswerChunk, None, None]) -> None:
+        self._chunks = chunks
+        # Steps run in executor threads, one at a time; the lock lets aclose() wait for a step
+        # still running when the consumer stops early, instead of failing on a running generator.
+        self._lock = threading.Lock()
+
+    async def next(self) -> CitationAnswerChunk:
+        chunk = await run_in_executor(None, self._step)
+        if chunk is _DONE:
+            raise StopAsyncIteration
+        return cast(CitationAnswerChunk, chunk)
+
+    async def aclose(self) -> None:
+        # Closing stops the model and waits for its current token. With no step running (the
+        # caller left between chunks) that is done here, without yielding to the event loop:
+        # a close that asyncio runs while shutting down may get no further turn of the loop.
+        if self._lock.acquire(blocking=False):
+            try:
+                self._chunks.close()
+            finally:
+                self._lock.release()
+            return
+        # A step is running (the caller was cancelled while waiting): close once it is done,
+        # shielded so that a cancelled caller still stops the model.
+        await asyncio.shield(run_in_executor(None, self._close))
+
+    def _step(self) -> object:
+        with self._lock:
+            return next(self._chunks, _DONE)
+
+    def _close(self) -> None:
+        with self._lock:
+            self._chunks.close()
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import (
     CompletionResponse,
     CompletionResponseGen,
     LLMMetadata,
 )
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
 from llama_index.core.llms.custom import CustomLLM
 
+from citeformer.request import DEFAULT_MAX_NEW_TOKENS
+
+if TYPE_CHECKING:
+    from citeformer.types import AnswerGenerator
+
 
 class CiteformerLLM(CustomLLM):
-    """Describes a ``CiteGenerator`` to LlamaIndex; it writes no free-form completions.
+    """Describes a citeformer generator to LlamaIndex; it writes no free-form completions.
 
     ``index.as_query_engine(response_synthesizer=...)`` resolves ``Settings.llm`` unless it is
     given ``llm=``, and the default ``Settings.llm`` is OpenAI: without
@@ -37,7 +43,20 @@ class CiteformerLLM(CustomLLM):
 
     model_name: str = Field(default="citeformer", description="Name of the wrapped model.")
     context_window: int = Field(default=DEFAULT_CONTEXT_WINDOW, gt=0)
-    num_output: int = Field(default=160, gt=0)
+    num_output: int = Field(default=DEFAULT_MAX_NEW_TOKENS, gt=0)
+
+    _undescribed: Callable[[], AnswerGenerator] | None = PrivateAttr(default=None)
+
+    @classmethod
+    def describing(
+        cls, generator: Callable[[], AnswerGenerator], *, num_output: int
+    ) -> CiteformerLLM:
+        """An LLM named and sized like the generator that ``generator()`` returns. It is called
+        when ``metadata`` is first read, not before, so that a default model loads on first use.
+        """
+        llm = cls(num_output=num_output)
+        llm._undescribed = generator
+        return llm
 
     @classmethod
     def class_name(cls) -> str:
@@ -45,6 +64,12 @@ class CiteformerLLM(CustomLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
+        if self._undescribed is not None:
+            generator, self._undescribed = self._undescribed(), None
+            self.model_name = model_name(generator)
+            self.context_window = (
+                getattr(generator, "context_length", None) or DEFAULT_CONTEXT_WINDOW
+            )
         return LLMMetadata(
             context_window=self.context_window,
             num_output=self.num_output,
@@ -66,3 +91,12 @@ _NO_COMPLETIONS = (
     "the component that called it a real LLM (llm=...), or use the CitationSynthesizer to "
     "answer."
 )
+
+
+def model_name(generator: object) -> str:
+    """The name of a generator's model: a served model's name, else the model's config path."""
+    model = getattr(generator, "model", None)
+    if isinstance(model, str):  # a served model's name
+        return model
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_name_or_path", None) or "citeformer")

@@ -13,6 +13,8 @@ from llama_index.core.schema import (
     TextNode,
 )
 
+from citeformer.errors import InvalidInputError
+
 PARENT_START_KEY = "citation_parent_start_char"
 PARENT_END_KEY = "citation_parent_end_char"
 """Metadata keys of a chunk node: ``parent_text[start:end] == chunk.text``."""
@@ -71,7 +73,7 @@ class CitationChunker:
             if start < 0:
                 start = text.find(chunk)
             if start < 0:
-                raise ValueError(
+                raise InvalidInputError(
                     f"the text splitter {type(self.text_splitter).__name__} returned a chunk that "
                     f"is not a slice of the node's text ({chunk[:60]!r}...), so its offsets cannot "
                     "be known; use a splitter that only cuts text, such as SentenceSplitter"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import warnings
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ from llama_index.core.base.response.schema import (
 )
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
-from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW
+from llama_index.core.indices.prompt_helper import ChatPromptHelper, PromptHelper
 from llama_index.core.instrumentation.events.synthesis import (
     SynthesizeEndEvent,
     SynthesizeStartEvent,
@@ -29,20 +30,47 @@ from llama_index.core.response_synthesizers.base import BaseSynthesizer, QueryTe
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
-from citeformer import AnswerGenerator, CitedAnswer, CiteGenerator, Policy, Quote, Source
-from citeformer.answers import DEFAULT_MAX_NEW_TOKENS
-from citeformer.errors import EmptySourceError, PromptTooLongError
-from citeformer.prompt import DEFAULT_INSTRUCTIONS
+from citeformer.errors import (
+    EmptySourceError,
+    InputTypeError,
+    InvalidInputError,
+    PromptTooLongError,
+)
+from citeformer.evidence import Evidence, resolve_evidence
+from citeformer.grammar import GrammarOptions
+from citeformer.request import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_POLICY,
+    GenerationRequest,
+    build_request,
+)
+from citeformer.types import (
+    AnswerChunks,
+    AnswerGenerator,
+    AsyncAnswerChunks,
+    AsyncAnswerGenerator,
+    CitedAnswer,
+    Policy,
+    Source,
+)
 from citeformer_llamaindex.llm import CiteformerLLM
 from citeformer_llamaindex.splitting import CitationChunker
 
-dispatcher = instrument.get_dispatcher(__name__)
+# LlamaIndex re-exports get_dispatcher without marking it public for type checkers.
+dispatcher = instrument.get_dispatcher(__name__)  # type: ignore[attr-defined]
 logger = logging.getLogger(__name__)
 
 INSTRUCTIONS_PROMPT_KEY = "instructions"
 """The key of the instruction prompt in ``get_prompts()`` / ``update_prompts()``."""
 
-EmptyNodes = Literal["drop", "raise"]
+TITLE_KEYS = ("title", "file_name", "source")
+"""Metadata keys a node's title is taken from: the first whose value is not blank."""
+
+GENERATOR_DEFAULT = "default"
+"""``evidence`` left to the generator: ``"lexical"`` in this process, none on a server."""
+
+EmptySources = Literal["drop", "raise"]
+"""What to do with a node whose text is blank: leave it out (logged) or raise."""
 
 
 class CitationSynthesizer(BaseSynthesizer):
@@ -56,8 +84,10 @@ class CitationSynthesizer(BaseSynthesizer):
     ``response.metadata`` holds, besides LlamaIndex's ``{node_id: node.metadata}``:
 
     - ``"citations"``: one dict per marker, in order of appearance:
-      ``{"source_id": N, "start": s, "end": e, "node_id": id}`` with
-      ``response.response[s:e] == f"[{N}]"`` and ``id == source_nodes[N - 1].node.node_id``;
+      ``{"source_id": N, "start": s, "end": e, "evidence": span, "node_id": id}`` with
+      ``response.response[s:e] == f"[{N}]"``, ``id == source_nodes[N - 1].node.node_id`` and
+      ``span`` the sentence or two of the node's content that best support the claim (offsets
+      in ``node.get_content(metadata_mode)``), or ``None``;
     - ``"quotes"`` (``QUOTES_ONLY``): one dict per verbatim quote ``"text" [N]``:
       ``{"text", "source_id", "start", "end", "node_id", "source_start", "source_end"}`` with
       ``response.response[start:end] == text`` and ``source_start``/``source_end`` the offsets
@@ -69,13 +99,20 @@ class CitationSynthesizer(BaseSynthesizer):
 
     When streaming, these keys appear once the stream has been read to the end.
 
+    The citation and quote dicts are ``CitedAnswer.to_dict()``'s, with the node's id added.
+
+    A node becomes a citeformer Source: its text (``node.get_content(metadata_mode)``) and, as
+    its title, the first non-blank of its metadata ``title_keys`` (``title``, then ``file_name``,
+    then ``source``).
+
     Bad input:
 
     - no nodes: LlamaIndex's behaviour, the ``empty_response`` text ("Empty Response") with no
       source nodes and no ``"citations"``; the generator is not called;
-    - nodes with blank text: dropped (``empty_nodes="drop"``, the default, logged) so they never
-      get a number, or ``EmptySourceError`` naming the node (``empty_nodes="raise"``); if every
-      node is blank, the ``empty_response`` as for no nodes;
+    - nodes with blank text: left out with a logged warning (``empty_sources="drop"``, the
+      default), so they never get a number and are not among the source nodes, or
+      ``EmptySourceError`` naming the node (``empty_sources="raise"``); if every node is blank,
+      the ``empty_response`` as for no nodes;
     - nodes that do not fit the model's context with ``max_new_tokens``: ``PromptTooLongError``
       naming the largest node; retrieve fewer nodes (``similarity_top_k``), index with a smaller
       ``chunk_size`` or lower ``max_new_tokens``.
@@ -87,10 +124,11 @@ class CitationSynthesizer(BaseSynthesizer):
     Instantiate::
 
         from citeformer_llamaindex import CitationSynthesizer, MiniLMEmbedding
-        synthesizer = CitationSynthesizer()                    # the embedded SmolLM2-135M
-        synthesizer = CitationSynthesizer(CiteGenerator.from_pretrained(...),
+        synthesizer = CitationSynthesizer()         # the embedded SmolLM2-135M, loaded on first use
+        synthesizer = CitationSynthesizer(CiteGenerator.from_pretrained(...), evidence="embedding",
                                           max_new_tokens=96, citation_chunk_size=128)
         synthesizer = CitationSynthesizer(ServerGenerator("http://vllm:8000", engine="vllm"))
+        synthesizer = CitationSynthesizer(FakeGenerator())     # citeformer.testing, for tests
 
     Query (no OpenAI needed: ``llm=synthesizer.llm`` stops LlamaIndex resolving ``Settings.llm``)::
 
@@ -116,6 +154,9 @@ class CitationSynthesizer(BaseSynthesizer):
         async for token in response.async_response_gen():
             print(token, end="")
 
+    A generator with ``aanswer``/``aanswer_stream`` (``ServerGenerator``, ``FakeGenerator``) is
+    awaited; a model in this process generates in a worker thread, off the event loop.
+
     Customise the instructions::
 
         engine.update_prompts({"response_synthesizer:instructions": PromptTemplate("...")})
@@ -125,57 +166,73 @@ class CitationSynthesizer(BaseSynthesizer):
         self,
         generator: AnswerGenerator | None = None,
         *,
-        policy: Policy | str = Policy.REQUIRED,
+        policy: Policy | str = DEFAULT_POLICY,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        do_sample: bool = False,
-        temperature: float = 1.0,
+        # The request's own defaults, so that the synthesizer and the core cannot drift apart.
+        do_sample: bool = GenerationRequest.do_sample,
+        temperature: float = GenerationRequest.temperature,
         seed: int | None = None,
-        grammar_options: Mapping[str, int] | None = None,
+        evidence: Evidence | str | None = GENERATOR_DEFAULT,
+        grammar_options: Mapping[str, int | bool] | None = None,
         instructions: str | BasePromptTemplate | None = None,
         citation_chunk_size: int | None = None,
         citation_chunk_overlap: int = 0,
         text_splitter: TextSplitter | None = None,
         metadata_mode: MetadataMode = MetadataMode.NONE,
-        title_keys: Sequence[str] = ("title", "file_name"),
-        empty_nodes: EmptyNodes = "drop",
+        title_keys: Sequence[str] = TITLE_KEYS,
+        empty_sources: EmptySources = "drop",
+        empty_nodes: EmptySources | None = None,
         streaming: bool = False,
         callback_manager: CallbackManager | None = None,
         empty_response: str | None = None,
     ) -> None:
-        """Wrap ``generator`` (default: ``CiteGenerator.default()``, loaded now), or a
-        ``ServerGenerator`` (a llama.cpp, vLLM or SGLang server), whose ``agenerate`` and
-        ``astream`` the async paths then await instead of using a worker thread.
+        """Wrap ``generator``: a ``CiteGenerator``, a ``ServerGenerator`` (a llama.cpp, vLLM or
+        SGLang server) or any ``citeformer.AnswerGenerator``; ``None`` is the embedded default
+        model, loaded on first use.
 
-        ``policy``, ``max_new_tokens``, ``do_sample``, ``temperature``, ``seed`` and
-        ``grammar_options`` (``max_sentence_words=...`` and the other ``build_grammar``
-        options) go to every generation. ``instructions`` replaces the policy's system
-        instructions (also settable later as the ``"instructions"`` prompt).
+        ``policy``, ``max_new_tokens``, ``do_sample``, ``temperature``, ``seed``, ``evidence``
+        and ``grammar_options`` (``max_sentence_words=...`` and the other ``build_grammar``
+        options) go to every generation; ``evidence="default"`` leaves it to the generator
+        (``"lexical"`` in this process, none on a server). ``instructions`` replaces the
+        policy's system instructions (also settable later as the ``"instructions"`` prompt).
         ``citation_chunk_size`` (in the generator's tokens) re-splits every node into chunks
         of at most that size, each its own source node (see ``CitationChunker``);
         ``text_splitter`` replaces the default ``SentenceSplitter`` for that.
         ``metadata_mode`` says which node metadata the model reads with the text (default:
-        none); the first of ``title_keys`` found in a node's metadata is shown as its title.
+        none); the first of ``title_keys`` with a non-blank value in a node's metadata is shown
+        as its title. ``empty_sources`` says what a node with blank text does: ``"drop"``
+        (logged) or ``"raise"``; ``empty_nodes`` is its former, deprecated name.
         """
-        if empty_nodes not in ("drop", "raise"):
-            raise ValueError(f"empty_nodes must be 'drop' or 'raise', got {empty_nodes!r}")
+        if generator is not None and not isinstance(generator, AnswerGenerator):
+            missing = [m for m in ("answer", "answer_stream") if not hasattr(generator, m)]
+            raise InputTypeError(
+                f"generator must be a citeformer.CiteGenerator, a ServerGenerator or another "
+                f"AnswerGenerator (or None for the embedded model); got {_short(generator)} of "
+                f"type {type(generator).__name__}, which has no "
+                f"{' or '.join(f'{m}()' for m in missing) or 'callable answer()'}"
+            )
+        self._empty_sources = _empty_sources_of(empty_sources, empty_nodes)
         if citation_chunk_size is not None and (
             isinstance(citation_chunk_size, bool)
             or not isinstance(citation_chunk_size, int)
             or citation_chunk_size < 1
         ):
-            raise ValueError(
+            raise InvalidInputError(
                 f"citation_chunk_size must be a positive int (tokens) or None, "
                 f"got {citation_chunk_size!r}"
             )
-        self._generator: Any = generator if generator is not None else CiteGenerator.default()
+        self._generator = generator
         self._policy = Policy.coerce(policy)
-        self._generation: dict[str, Any] = {
+        self._options: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "do_sample": do_sample,
             "temperature": temperature,
             "seed": seed,
-            **dict(grammar_options or {}),
+            **GrammarOptions.of(grammar_options or {}).as_dict(),
         }
+        if evidence != GENERATOR_DEFAULT:
+            resolve_evidence(evidence)  # an unknown name raises here rather than at the first query
+            self._options["evidence"] = evidence
         self._instructions = self._coerce_instructions(instructions)
         if text_splitter is None and citation_chunk_size is not None:
             text_splitter = SentenceSplitter(
@@ -186,23 +243,25 @@ class CitationSynthesizer(BaseSynthesizer):
         self._chunker = CitationChunker(text_splitter) if text_splitter is not None else None
         self._metadata_mode = metadata_mode
         self._title_keys = tuple(title_keys)
-        self._empty_nodes = empty_nodes
         super().__init__(
-            llm=CiteformerLLM(
-                model_name=_model_name(self._generator),
-                context_window=(
-                    getattr(self._generator, "context_length", None) or DEFAULT_CONTEXT_WINDOW
-                ),
-                num_output=max_new_tokens,
-            ),
+            llm=CiteformerLLM.describing(lambda: self.generator, num_output=max_new_tokens),
             callback_manager=callback_manager,
+            # Given here so that BaseSynthesizer does not read the LLM's metadata, which would
+            # load the default model now; this synthesizer packs no prompts with them.
+            prompt_helper=PromptHelper(num_output=max_new_tokens),
+            chat_prompt_helper=ChatPromptHelper(num_output=max_new_tokens),
             streaming=streaming,
             empty_response=empty_response,
         )
 
     @property
     def generator(self) -> AnswerGenerator:
-        """The generator that writes the answers (a ``CiteGenerator`` or ``ServerGenerator``)."""
+        """The generator that writes the answers; the embedded default model is loaded here, on
+        first use, when none was given."""
+        if self._generator is None:
+            from citeformer import CiteGenerator
+
+            self._generator = CiteGenerator.default()
         return self._generator
 
     @property
@@ -223,7 +282,7 @@ class CitationSynthesizer(BaseSynthesizer):
     def _instruction_prompt(self) -> BasePromptTemplate:
         if self._instructions is not None:
             return self._instructions
-        return PromptTemplate(DEFAULT_INSTRUCTIONS[self._policy], prompt_type=PromptType.CUSTOM)
+        return PromptTemplate(_default_instructions(self._policy), prompt_type=PromptType.CUSTOM)
 
     @staticmethod
     def _coerce_instructions(
@@ -234,19 +293,16 @@ class CitationSynthesizer(BaseSynthesizer):
         if isinstance(value, str):
             value = PromptTemplate(value, prompt_type=PromptType.CUSTOM)
         if not isinstance(value, BasePromptTemplate):
-            raise TypeError(
+            raise InputTypeError(
                 f"the instructions must be a str or a prompt template, got {type(value).__name__}"
             )
         if value.template_vars:
-            raise ValueError(
+            raise InvalidInputError(
                 f"the instructions prompt takes no variables, but it names {value.template_vars}; "
                 "remove the {...} placeholders: citeformer adds the numbered sources and the "
                 "question itself"
             )
         return value
-
-    def _instruction_text(self) -> str:
-        return self._instruction_prompt().format()
 
     # -- BaseSynthesizer -----------------------------------------------------------------------
 
@@ -258,14 +314,14 @@ class CitationSynthesizer(BaseSynthesizer):
         citations."""
         sources = [Source(chunk) for chunk in text_chunks]
         if self._streaming:
-            return iter(self._stream(query_str, sources))
+            return _sync_chunks(self._stream(query_str, sources), on_end=None)
         return self._generate(query_str, sources).text
 
     async def aget_response(
         self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any
     ) -> RESPONSE_TEXT_TYPE:
-        """Async ``get_response``: an in-process generation runs in a worker thread; a
-        ``ServerGenerator`` is awaited."""
+        """Async ``get_response``: an in-process generation runs in a worker thread; an async
+        generator (``ServerGenerator``) is awaited."""
         sources = [Source(chunk) for chunk in text_chunks]
         if self._streaming:
             return await self._astream(query_str, sources, on_end=None)
@@ -322,7 +378,7 @@ class CitationSynthesizer(BaseSynthesizer):
         **response_kwargs: Any,
     ) -> RESPONSE_TYPE:
         """Async ``synthesize``: an in-process generation runs in a worker thread, off the event
-        loop; a ``ServerGenerator`` is awaited."""
+        loop; an async generator (``ServerGenerator``) is awaited."""
         dispatcher.event(SynthesizeStartEvent(query=query))
         cited = self._cited_nodes(nodes)
         if not cited:
@@ -361,57 +417,48 @@ class CitationSynthesizer(BaseSynthesizer):
         for position, node in enumerate(nodes, start=1):
             if node.node.get_content(metadata_mode=MetadataMode.NONE).strip():
                 kept.append(node)
-            elif self._empty_nodes == "raise":
+                continue
+            if self._empty_sources == "raise":
                 raise EmptySourceError(
                     f"node {position} of {len(nodes)} (id {node.node.node_id!r}) has empty text; "
-                    "drop it before synthesis, or pass empty_nodes='drop' to skip such nodes"
+                    "drop it before synthesis, or pass empty_sources='drop' to skip such nodes"
                 )
-            else:
-                logger.info("dropping node %r: its text is empty", node.node.node_id)
+            logger.warning(
+                "dropping node %d of %d (id %r): its text is empty",
+                position, len(nodes), node.node.node_id,
+            )
         if self._chunker is not None:
             kept = self._chunker.split(kept)
         return kept
 
     def _to_source(self, node: NodeWithScore) -> Source:
-        metadata = node.node.metadata
-        title = next((str(metadata[k]) for k in self._title_keys if metadata.get(k)), None)
         return Source(
             text=node.node.get_content(metadata_mode=self._metadata_mode),
-            title=title,
+            title=metadata_title(node.node.metadata, self._title_keys),
             metadata={"node_id": node.node.node_id, "score": node.score},
         )
 
-    def _answer_metadata(self, answer: CitedAnswer, cited: Sequence[NodeWithScore]) -> dict:
+    def _answer_metadata(
+        self, answer: CitedAnswer, cited: Sequence[NodeWithScore]
+    ) -> dict[str, Any]:
+        data = answer.to_dict()
         return {
             "citations": [
-                {
-                    "source_id": c.source_id,
-                    "start": c.start,
-                    "end": c.end,
-                    "node_id": cited[c.source_id - 1].node.node_id,
-                }
-                for c in answer.citations
+                {**c, "node_id": cited[c["source_id"] - 1].node.node_id}
+                for c in data["citations"]
             ],
-            "quotes": [self._quote_metadata(q, cited[q.source_id - 1]) for q in answer.quotes],
-            "finish_reason": answer.finish_reason,
-            "prompt_tokens": answer.prompt_tokens,
-            "generated_tokens": answer.generated_tokens,
+            "quotes": [self._quote_metadata(q, cited[q["source_id"] - 1]) for q in data["quotes"]],
+            "finish_reason": data["finish_reason"],
+            "prompt_tokens": data["prompt_tokens"],
+            "generated_tokens": data["generated_tokens"],
         }
 
-    def _quote_metadata(self, quote: Quote, node: NodeWithScore) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "text": quote.text,
-            "source_id": quote.source_id,
-            "start": quote.start,
-            "end": quote.end,
-            "node_id": node.node.node_id,
-            "source_start": quote.source_start,
-            "source_end": quote.source_end,
-        }
+    def _quote_metadata(self, quote: dict[str, Any], node: NodeWithScore) -> dict[str, Any]:
+        entry = {**quote, "node_id": node.node.node_id}
         offset = getattr(node.node, "start_char_idx", None)
         if offset is not None and self._metadata_mode == MetadataMode.NONE:
-            entry["document_start"] = offset + quote.source_start
-            entry["document_end"] = offset + quote.source_end
+            entry["document_start"] = offset + quote["source_start"]
+            entry["document_end"] = offset + quote["source_end"]
         return entry
 
     def _finisher(
@@ -440,60 +487,65 @@ class CitationSynthesizer(BaseSynthesizer):
 
     # -- generation ----------------------------------------------------------------------------
 
-    def _call_kwargs(self) -> dict[str, Any]:
-        return {
-            "policy": self._policy,
-            "instructions": self._instruction_text(),
-            **self._generation,
-        }
+    def _request(self, question: str, sources: Sequence[Source]) -> GenerationRequest:
+        options = dict(self._options)
+        if self._instructions is not None:
+            # Only custom instructions are passed: otherwise the core uses the policy's own.
+            options["instructions"] = self._instructions.format()
+        return build_request(question, sources, self._policy, **options)
 
     def _generate(
-        self, question: str, sources: list[Source], nodes: Sequence[NodeWithScore] = ()
+        self, question: str, sources: Sequence[Source], nodes: Sequence[NodeWithScore] = ()
     ) -> CitedAnswer:
-        with self._explained(sources, nodes):
-            return self._generator.generate(question, sources, **self._call_kwargs())
+        request = self._request(question, sources)
+        with self._explained(request, nodes):
+            return self.generator.answer(request)
 
     def _stream(
-        self, question: str, sources: list[Source], nodes: Sequence[NodeWithScore] = ()
-    ) -> Any:
-        with self._explained(sources, nodes):
-            return self._generator.stream(question, sources, **self._call_kwargs())
+        self, question: str, sources: Sequence[Source], nodes: Sequence[NodeWithScore] = ()
+    ) -> AnswerChunks:
+        request = self._request(question, sources)
+        with self._explained(request, nodes):
+            return self.generator.answer_stream(request)
 
     async def _agenerate(
-        self, question: str, sources: list[Source], nodes: Sequence[NodeWithScore] = ()
+        self, question: str, sources: Sequence[Source], nodes: Sequence[NodeWithScore] = ()
     ) -> CitedAnswer:
-        agenerate = getattr(self._generator, "agenerate", None)
-        if agenerate is None:
-            # In-process generation blocks for seconds: off the event loop.
+        generator = self._generator
+        if not isinstance(generator, AsyncAnswerGenerator):
+            # In-process generation (and loading the default model) blocks for seconds: off the
+            # event loop.
             return await asyncio.to_thread(self._generate, question, sources, nodes)
-        with self._explained(sources, nodes):
-            answer: CitedAnswer = await agenerate(question, sources, **self._call_kwargs())
-            return answer
+        request = self._request(question, sources)
+        with self._explained(request, nodes):
+            return await generator.aanswer(request)
 
     async def _astream(
         self,
         question: str,
-        sources: list[Source],
+        sources: Sequence[Source],
         nodes: Sequence[NodeWithScore] = (),
         *,
         on_end: Callable[[CitedAnswer], None] | None,
     ) -> AsyncGenerator[str, None]:
-        astream = getattr(self._generator, "astream", None)
-        if astream is None:
+        generator = self._generator
+        if not isinstance(generator, AsyncAnswerGenerator):
             # Preparing an in-process stream tokenizes the prompt and may compile a grammar:
             # off the loop too.
             stream = await asyncio.to_thread(self._stream, question, sources, nodes)
             return _async_chunks(stream, on_end=on_end)
-        with self._explained(sources, nodes):
-            return _native_async_chunks(
-                astream(question, sources, **self._call_kwargs()), on_end=on_end
-            )
+        request = self._request(question, sources)
+        with self._explained(request, nodes):
+            return _native_async_chunks(generator.aanswer_stream(request), on_end=on_end)
 
     @contextlib.contextmanager
-    def _explained(self, sources: list[Source], nodes: Sequence[NodeWithScore]) -> Iterator[None]:
+    def _explained(
+        self, request: GenerationRequest, nodes: Sequence[NodeWithScore]
+    ) -> Iterator[None]:
         try:
             yield
         except PromptTooLongError as error:
+            sources = request.sources
             largest = max(range(len(sources)), key=lambda i: len(sources[i].text))
             name = nodes[largest].node.node_id if nodes else f"chunk {largest + 1}"
             raise PromptTooLongError(
@@ -502,24 +554,63 @@ class CitationSynthesizer(BaseSynthesizer):
                 "(similarity_top_k), index with a smaller chunk_size, or lower max_new_tokens."
             ) from error
 
-    def _token_counter(self) -> Callable[[str], list]:
-        tokenizer = getattr(self._generator, "tokenizer", None)
-        if tokenizer is None:
-            raise ValueError(
+    def _token_counter(self) -> Callable[[str], list[Any]]:
+        if self._generator is not None and getattr(self._generator, "tokenizer", None) is None:
+            raise InvalidInputError(
                 f"citation_chunk_size counts tokens with the generator's tokenizer, and a "
                 f"{type(self._generator).__name__} has none here; pass "
                 "text_splitter=SentenceSplitter(chunk_size=..., tokenizer=...) with a tokenizer "
                 "of the served model instead"
             )
 
-        def count(text: str) -> list:
+        def count(text: str) -> list[Any]:
+            # The generator is read here, at the first split, so the default model loads then.
+            tokenizer = self.generator.tokenizer  # type: ignore[attr-defined]
             return list(tokenizer.encode(text, add_special_tokens=False))
 
         return count
 
 
+def metadata_title(
+    metadata: Mapping[str, Any], title_keys: Sequence[str] = TITLE_KEYS
+) -> str | None:
+    """The first non-blank value among ``metadata``'s ``title_keys`` (white space folded), else
+    ``None``."""
+    for key in title_keys:
+        value = metadata.get(key)
+        if value is not None and str(value).strip():
+            return " ".join(str(value).split())
+    return None
+
+
+def _empty_sources_of(empty_sources: str, empty_nodes: str | None) -> EmptySources:
+    name, value = "empty_sources", empty_sources
+    if empty_nodes is not None:
+        warnings.warn(
+            "CitationSynthesizer(empty_nodes=...) is deprecated; pass empty_sources=... instead",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if empty_sources != "drop" and empty_sources != empty_nodes:
+            raise InvalidInputError(
+                f"empty_sources={empty_sources!r} and empty_nodes={empty_nodes!r} disagree; "
+                "pass only empty_sources (empty_nodes is its deprecated name)"
+            )
+        name, value = "empty_nodes", empty_nodes
+    if value == "drop":
+        return "drop"
+    if value == "raise":
+        return "raise"
+    raise InvalidInputError(f"{name} must be 'drop' or 'raise', got {value!r}")
+
+
+def _default_instructions(policy: Policy) -> str:
+    # The system message of a request that sets no instructions is the policy's own.
+    return build_request("?", ["?"], policy).messages()[0]["content"]
+
+
 def _sync_chunks(
-    stream: Any, on_end: Callable[[CitedAnswer], None] | None
+    stream: AnswerChunks, on_end: Callable[[CitedAnswer], None] | None
 ) -> Generator[str, None, None]:
     yield from stream
     if on_end is not None:
@@ -527,7 +618,7 @@ def _sync_chunks(
 
 
 async def _async_chunks(
-    stream: Any, on_end: Callable[[CitedAnswer], None] | None
+    stream: AnswerChunks, on_end: Callable[[CitedAnswer], None] | None
 ) -> AsyncGenerator[str, None]:
     # Each chunk waits on the model, so the waiting happens in a worker thread.
     chunks: Iterator[str] = iter(stream)
@@ -537,14 +628,16 @@ async def _async_chunks(
     finally:
         # Stops the generation if the caller left early; a chunk still being fetched in a
         # worker thread makes close() raise, and that generation then ends on its own.
-        with contextlib.suppress(ValueError):
-            chunks.close()  # type: ignore[attr-defined]
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            with contextlib.suppress(ValueError):
+                close()
     if on_end is not None:
         on_end(stream.answer)
 
 
 async def _native_async_chunks(
-    stream: Any, on_end: Callable[[CitedAnswer], None] | None
+    stream: AsyncAnswerChunks, on_end: Callable[[CitedAnswer], None] | None
 ) -> AsyncGenerator[str, None]:
     chunks = aiter(stream)
     try:
@@ -568,8 +661,6 @@ async def _no_chunks() -> AsyncGenerator[str, None]:
     yield  # pragma: no cover
 
 
-def _model_name(generator: Any) -> str:
-    if isinstance(getattr(generator, "model", None), str):  # a served model's name
-        return str(generator.model)
-    config = getattr(getattr(generator, "model", None), "config", None)
-    return str(getattr(config, "_name_or_path", None) or "citeformer")
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."

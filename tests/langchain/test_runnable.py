@@ -1,168 +1,87 @@
-"""CitationRunnable with a scripted generator: fast, offline. Each behaviour here is also run
-against the embedded model in tests/integration/test_langchain_chain.py."""
+"""CitationRunnable on citeformer.testing.FakeGenerator: fast, offline. Each behaviour here is also
+run against the embedded model in tests/langchain/test_chain.py."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import gc
 import json
-import re
+import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
 import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
-from langchain_core.runnables import (
-    ConfigurableField,
-    RunnableLambda,
-    RunnablePassthrough,
-)
+from langchain_core.runnables import ConfigurableField, RunnableLambda, RunnablePassthrough
 from pydantic import ValidationError
 
-from citeformer import CitedAnswer, Policy, Source, parse_citations
-from citeformer.errors import (
-    EmptyQuestionError,
-    EmptySourceError,
-    InvalidInputError,
-    NoSourcesError,
+from citeformer import Policy
+from citeformer.errors import InvalidInputError, NoSourcesError
+from citeformer.evidence import LexicalEvidence
+from citeformer.grammar import GrammarOptions
+from citeformer.request import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_POLICY,
+    GenerationRequest,
+    build_request,
 )
+from citeformer.testing import FakeGenerator
 from citeformer_langchain import (
     CitationAnswer,
     CitationAnswerChunk,
     CitationInput,
     CitationRunnable,
 )
-
-WORD = re.compile(r"[a-z]+")
-
-
-class ScriptedGenerator:
-    """CiteGenerator's generate/stream surface, answering with real CitedAnswer objects.
-
-    The answer repeats the source sharing most words with the question and cites it, so each
-    question gets a recognisably different answer; ``delay`` seconds pass per streamed piece.
-    """
-
-    def __init__(self, *, delay: float = 0.0) -> None:
-        self.delay = delay
-        self.calls: list[dict[str, Any]] = []
-        self.active = 0
-        self.most_active = 0
-        self._count_lock = threading.Lock()
-
-    def script(self, question: str, sources: Sequence[Source]) -> str:
-        words = set(WORD.findall(question.lower()))
-        best = max(
-            range(len(sources)),
-            key=lambda i: (len(words & set(WORD.findall(sources[i].text.lower()))), -i),
-        )
-        return f"{sources[best].text.rstrip('.')} [{best + 1}]."
-
-    def pieces(self, text: str) -> list[str]:
-        return re.findall(r"\s*\S+", text)
-
-    def answer(self, text: str, sources: Sequence[Source], finish: str = "stop") -> CitedAnswer:
-        return CitedAnswer(
-            text=text,
-            citations=tuple(parse_citations(text, len(sources))),
-            sources=tuple(sources),
-            finish_reason=finish,  # type: ignore[arg-type]
-            prompt_tokens=100,
-            generated_tokens=len(self.pieces(text)) + 1,
-        )
-
-    def _record(self, question: str, sources: Sequence[Source], policy: Any,
-                **options: Any) -> None:
-        self.calls.append({"question": question, "sources": list(sources), "policy": policy,
-                           **options})
-
-    def generate(self, question: str, sources: Sequence[Source],
-                 policy: Policy | str = Policy.REQUIRED, **options: Any) -> CitedAnswer:
-        self._record(question, sources, policy, **options)
-        with self._count_lock:
-            self.active += 1
-            self.most_active = max(self.most_active, self.active)
-        try:
-            time.sleep(self.delay)
-            return self.answer(self.script(question, sources), sources)
-        finally:
-            with self._count_lock:
-                self.active -= 1
-
-    def stream(self, question: str, sources: Sequence[Source],
-               policy: Policy | str = Policy.REQUIRED, **options: Any) -> ScriptedStream:
-        self._record(question, sources, policy, **options)
-        text = self.script(question, sources)
-        return ScriptedStream(self.pieces(text), self.answer(text, sources), self.delay)
-
-
-class ScriptedStream:
-    def __init__(self, pieces: list[str], answer: CitedAnswer, delay: float) -> None:
-        self._pieces, self._answer, self._delay = pieces, answer, delay
-        self.closed_early = False
-        self.done = False
-
-    @property
-    def answer(self) -> CitedAnswer:
-        assert self.done, "answer read before the stream ended"
-        return self._answer
-
-    def __iter__(self) -> Iterator[str]:
-        try:
-            for piece in self._pieces:
-                time.sleep(self._delay)
-                yield piece
-            self.done = True
-        except GeneratorExit:
-            self.closed_early = True
-            raise
-
-
-class CutGenerator(ScriptedGenerator):
-    """The token budget cut a marker open (``Paris is [1``): the core streams ``Paris is`` and
-    answers ``Paris is``, with finish reason "length"."""
-
-    def stream(self, question: str, sources: Sequence[Source], policy: Any = "required",
-               **options: Any) -> ScriptedStream:
-        answer = self.answer("Paris is", sources, finish="length")
-        return ScriptedStream(["Paris", " is"], answer, 0.0)
-
-
-DOCS = [
-    Document(page_content="Paris is the capital of France.", metadata={"title": "France"}),
-    Document(page_content="Berlin is the capital of Germany.", metadata={"source": "de.txt"}),
-    Document(page_content="Madrid is the capital of Spain.", metadata={}),
-]
+from tests.langchain.common import DOCS, WORD, ask, assert_guarantee, best_source
 
 
 @pytest.fixture
-def gen() -> ScriptedGenerator:
-    return ScriptedGenerator()
+def gen() -> FakeGenerator:
+    return FakeGenerator(best_source)
 
 
 @pytest.fixture
-def cite(gen: ScriptedGenerator) -> CitationRunnable:
+def cite(gen: FakeGenerator) -> CitationRunnable:
     return CitationRunnable(generator=gen, max_new_tokens=48)
 
 
-def ask(question: str, docs: list[Document] | None = None) -> dict[str, Any]:
-    return {"question": question, "context": DOCS if docs is None else docs}
+class Busy:
+    """A script that takes ``seconds`` per answer and counts the answers written at once."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.active = 0
+        self.most_active = 0
+        self.threads: set[int] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, request: GenerationRequest) -> str:
+        with self._lock:
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+            self.threads.add(threading.get_ident())
+        try:
+            time.sleep(self.seconds)
+            return best_source(request)
+        finally:
+            with self._lock:
+                self.active -= 1
 
 
-def assert_guarantee(answer: CitationAnswer, documents: list[Document]) -> None:
-    assert answer.documents == documents
-    for citation in answer.citations:
-        assert 1 <= citation.source_id <= len(documents)
-        assert citation.document is answer.documents[citation.source_id - 1]
-        assert answer.text[citation.start:citation.end] == f"[{citation.source_id}]"
+def same_request(a: GenerationRequest, b: GenerationRequest) -> bool:
+    # Two scorers built from one name are equal in all but identity.
+    return repr(a.evidence) == repr(b.evidence) and (
+        dataclasses.replace(a, evidence=None) == dataclasses.replace(b, evidence=None)
+    )
 
 
 # --- invoke ---------------------------------------------------------------------------------
 
-def test_invoke_cites_the_documents_passed(cite: CitationRunnable, gen: ScriptedGenerator) -> None:
+def test_invoke_cites_the_documents_passed(cite: CitationRunnable, gen: FakeGenerator) -> None:
     answer = cite.invoke(ask("What is the capital of Germany?"))
     assert isinstance(answer, CitationAnswer)
     assert answer.text == "Berlin is the capital of Germany [2]."
@@ -172,10 +91,40 @@ def test_invoke_cites_the_documents_passed(cite: CitationRunnable, gen: Scripted
     assert answer.finish_reason == "stop"
     assert_guarantee(answer, DOCS)
     # Documents become Sources in order, titled from metadata title, else source.
-    sources = gen.calls[0]["sources"]
-    assert [s.text for s in sources] == [d.page_content for d in DOCS]
-    assert [s.title for s in sources] == ["France", "de.txt", None]
-    assert gen.calls[0]["max_new_tokens"] == 48 and gen.calls[0]["policy"] == "required"
+    (request,) = gen.requests
+    assert [s.text for s in request.sources] == [d.page_content for d in DOCS]
+    assert [s.title for s in request.sources] == ["France", "de.txt", None]
+    assert request.max_new_tokens == 48 and request.policy is Policy.REQUIRED
+
+
+def test_one_checked_request_per_call_reaches_the_generator(gen: FakeGenerator) -> None:
+    cite = CitationRunnable(generator=gen, policy="auto", max_new_tokens=30, do_sample=True,
+                            temperature=0.5, seed=7, instructions="Be brief [1].",
+                            grammar_options={"max_group": 2})
+    cite.invoke(ask("Spain?"))
+    list(cite.stream(ask("Spain?")))
+    asyncio.run(cite.ainvoke(ask("Spain?")))
+    assert len(gen.requests) == 3
+    expected = build_request(
+        "Spain?", [s for s in gen.requests[0].sources], "auto", max_new_tokens=30,
+        do_sample=True, temperature=0.5, seed=7, instructions="Be brief [1].", max_group=2,
+    )
+    for request in gen.requests:
+        assert isinstance(request, GenerationRequest)
+        assert same_request(request, expected)
+
+
+def test_defaults_are_the_core_defaults(gen: FakeGenerator) -> None:
+    cite = CitationRunnable(generator=gen)
+    assert cite.max_new_tokens == DEFAULT_MAX_NEW_TOKENS
+    assert cite.policy == DEFAULT_POLICY.value
+    assert (cite.do_sample, cite.temperature) == (
+        GenerationRequest.do_sample, GenerationRequest.temperature
+    )
+    cite.invoke(ask("France?"))
+    (request,) = gen.requests
+    assert same_request(request, build_request("France?", request.sources))
+    assert request.grammar == GrammarOptions()
 
 
 def test_invoke_accepts_input_and_documents_keys(cite: CitationRunnable) -> None:
@@ -190,59 +139,127 @@ def test_question_key_wins_over_input_and_context_over_documents(cite: CitationR
     assert answer.text.startswith("Madrid")
 
 
-def test_per_call_options_override_fields(cite: CitationRunnable, gen: ScriptedGenerator) -> None:
+def test_per_call_options_override_fields(cite: CitationRunnable, gen: FakeGenerator) -> None:
     cite.invoke(ask("France?"), max_new_tokens=12, policy="AUTO", seed=3)
-    assert gen.calls[-1]["max_new_tokens"] == 12
-    assert gen.calls[-1]["policy"] == "auto"
-    assert gen.calls[-1]["seed"] == 3
+    assert gen.requests[-1].max_new_tokens == 12
+    assert gen.requests[-1].policy is Policy.AUTO
+    assert gen.requests[-1].seed == 3
     cite.bind(instructions="Be brief.").invoke(ask("France?"))
-    assert gen.calls[-1]["instructions"] == "Be brief."
+    assert gen.requests[-1].instructions == "Be brief."
     list(cite.stream(ask("France?"), grammar_options={"max_sentence_words": 9}))
-    assert gen.calls[-1]["max_sentence_words"] == 9
-    assert "grammar_options" not in gen.calls[-1]
+    assert gen.requests[-1].grammar == GrammarOptions(max_sentence_words=9)
     with pytest.raises(TypeError, match="unknown generation option"):
         cite.invoke(ask("France?"), max_tokens=12)
     with pytest.raises(ValidationError, match="max_new_tokens"):
         cite.invoke(ask("France?"), max_new_tokens=0)
 
 
-def test_configurable_fields(gen: ScriptedGenerator) -> None:
+def test_configurable_fields(gen: FakeGenerator) -> None:
     cite = CitationRunnable(generator=gen).configurable_fields(
         max_new_tokens=ConfigurableField(id="answer_tokens")
     )
     cite.invoke(ask("France?"), config={"configurable": {"answer_tokens": 7}})
-    assert gen.calls[-1]["max_new_tokens"] == 7
+    assert gen.requests[-1].max_new_tokens == 7
 
 
 def test_fields_are_checked() -> None:
-    assert CitationRunnable(generator=ScriptedGenerator(), policy=Policy.AUTO).policy == "auto"
-    assert CitationRunnable(generator=ScriptedGenerator(), policy="Quotes-Only").policy == (
+    assert CitationRunnable(generator=FakeGenerator(), policy=Policy.AUTO).policy == "auto"
+    assert CitationRunnable(generator=FakeGenerator(), policy="Quotes-Only").policy == (
         "quotes_only"
     )
     with pytest.raises(ValidationError, match="unknown citation policy"):
-        CitationRunnable(generator=ScriptedGenerator(), policy="always")
-    with pytest.raises(ValidationError, match="has no generate or stream"):
-        CitationRunnable(generator="SmolLM2")
+        CitationRunnable(generator=FakeGenerator(), policy="always")
     with pytest.raises(ValidationError):
-        CitationRunnable(generator=ScriptedGenerator(), max_new_tokens=0)
+        CitationRunnable(generator=FakeGenerator(), max_new_tokens=0)
+    with pytest.raises(ValidationError, match="unknown grammar option"):
+        CitationRunnable(generator=FakeGenerator(), grammar_options={"max_words": 3})
+    with pytest.raises(ValidationError, match="empty_sources"):
+        CitationRunnable(generator=FakeGenerator(), empty_sources="skip")  # type: ignore[arg-type]
 
 
-def test_no_generator_uses_the_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
+class OldStyleGenerator:
+    """The generate/stream surface alone, without answer/answer_stream."""
+
+    def generate(self, *args: Any) -> None: ...
+
+    def stream(self, *args: Any) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [("SmolLM2", "'SmolLM2' of type str"), (OldStyleGenerator(), "of type OldStyleGenerator")],
+)
+def test_a_generator_without_answer_is_refused_at_construction(value: Any, named: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        CitationRunnable(generator=value)
+    message = str(caught.value)
+    assert named in message
+    assert "has no answer() or answer_stream()" in message
+
+
+def test_no_generator_loads_the_embedded_default_on_first_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import citeformer
 
-    scripted = ScriptedGenerator()
-    monkeypatch.setattr(citeformer.CiteGenerator, "default", classmethod(lambda cls: scripted))
-    answer = CitationRunnable().invoke(ask("France?"))
+    scripted = FakeGenerator(best_source)
+    loads: list[bool] = []
+
+    def default(cls: Any) -> FakeGenerator:
+        loads.append(True)
+        return scripted
+
+    monkeypatch.setattr(citeformer.CiteGenerator, "default", classmethod(default))
+    cite = CitationRunnable()
+    assert loads == []  # constructing it loads nothing
+    answer = cite.invoke(ask("France?"))
+    assert loads == [True]
     assert answer.citations[0].document is DOCS[0]
-    assert len(scripted.calls) == 1
+    assert len(scripted.requests) == 1
 
 
 def test_output_converts_to_json(cite: CitationRunnable) -> None:
-    data = json.loads(json.dumps(cite.invoke(ask("France?")).to_dict()))
-    assert data["citations"] == [{"source_id": 1, "start": 31, "end": 34}]
+    answer = cite.invoke(ask("France?"))
+    data = json.loads(json.dumps(answer.to_dict()))
+    (citation,) = data["citations"]
+    assert {k: citation[k] for k in ("source_id", "start", "end")} == {
+        "source_id": 1, "start": 31, "end": 34,
+    }
+    # The span of the document that supports the claim, as the core writes it.
+    assert citation["evidence"]["text"] == DOCS[0].page_content
+    assert answer.citations[0].evidence is not None
+    assert answer.citations[0].evidence.text == DOCS[0].page_content
     assert [d["source_id"] for d in data["documents"]] == [1, 2, 3]
     assert data["documents"][0]["metadata"] == {"title": "France"}
     assert data["finish_reason"] == "stop"
+
+
+# --- evidence -------------------------------------------------------------------------------
+
+def test_evidence_is_left_to_the_generator_unless_set(gen: FakeGenerator) -> None:
+    CitationRunnable(generator=gen).invoke(ask("France?"))
+    assert gen.requests[-1].evidence_by_default  # not passed: "lexical" locally
+    CitationRunnable(generator=gen, evidence=None).invoke(ask("France?"))
+    assert gen.requests[-1].evidence is None and not gen.requests[-1].evidence_by_default
+    stronger = LexicalEvidence(weight=16.0)
+    CitationRunnable(generator=gen, evidence=stronger).invoke(ask("France?"))
+    assert gen.requests[-1].evidence is stronger
+    CitationRunnable(generator=gen).invoke(ask("France?"), evidence=None)
+    assert gen.requests[-1].evidence is None and not gen.requests[-1].evidence_by_default
+    CitationRunnable(generator=gen, evidence=None).invoke(ask("France?"), evidence="default")
+    assert gen.requests[-1].evidence_by_default
+    with pytest.raises(ValidationError, match="unknown evidence scorer 'lex'"):
+        CitationRunnable(generator=gen, evidence="lex")
+
+
+def test_evidence_default_reaches_a_server_unasked() -> None:
+    from tests.fake_server import FakeServer
+
+    server = FakeServer()
+    answer = CitationRunnable(generator=server.generator()).invoke(ask("Capitals?"))
+    assert answer.citations
+    with pytest.raises(InvalidInputError, match="evidence="):
+        CitationRunnable(generator=server.generator(), evidence="lexical").invoke(ask("Capitals?"))
 
 
 # --- schemas and composition ----------------------------------------------------------------
@@ -254,6 +271,9 @@ def test_schemas_describe_the_real_input_and_output(cite: CitationRunnable) -> N
     assert cite.get_output_schema() is CitationAnswer
     assert {"text", "citations", "documents"} <= set(cite.get_output_jsonschema()["properties"])
     assert cite.OutputType is CitationAnswer
+    fields = CitationRunnable.model_json_schema()["properties"]
+    assert "generator" not in fields
+    assert {"evidence", "title_keys", "empty_sources"} <= set(fields)
 
 
 def fake_retriever(query: str) -> list[Document]:
@@ -273,12 +293,12 @@ def test_drop_in_after_a_retriever(cite: CitationRunnable) -> None:
     assert answer.citations[0].document is DOCS[1]
 
 
-def test_from_retriever(gen: ScriptedGenerator) -> None:
+def test_from_retriever(gen: FakeGenerator) -> None:
     chain = CitationRunnable.from_retriever(RunnableLambda(fake_retriever), generator=gen,
                                             policy="auto")
     answer = chain.invoke("Spain")
     assert answer.documents == [DOCS[2]] and answer.citations[0].source_id == 1
-    assert gen.calls[-1]["policy"] == "auto"
+    assert gen.requests[-1].policy is Policy.AUTO
     assert chain.get_output_schema() is CitationAnswer
     chunks = list(chain.stream("Spain"))
     assert len(chunks) > 1 and chunks[-1].citations
@@ -289,13 +309,14 @@ def test_from_retriever(gen: ScriptedGenerator) -> None:
 QUESTIONS = ["capital of France?", "capital of Germany?", "capital of Spain?"]
 
 
-def test_batch_gives_each_input_its_own_answer(cite: CitationRunnable,
-                                               gen: ScriptedGenerator) -> None:
-    gen.delay = 0.02
+def test_batch_gives_each_input_its_own_answer() -> None:
+    # sync_only: a model in this process, whose answers are written one at a time.
+    busy = Busy(0.02)
+    cite = CitationRunnable(generator=FakeGenerator(busy).sync_only(), max_new_tokens=48)
     answers = cite.batch([ask(q) for q in QUESTIONS], config={"max_concurrency": 3})
     assert [a.citations[0].document for a in answers] == DOCS
     assert [a.text for a in answers] == [cite.invoke(ask(q)).text for q in QUESTIONS]
-    assert gen.most_active == 1  # one generation at a time
+    assert busy.most_active == 1  # one generation at a time
 
 
 def test_batch_return_exceptions(cite: CitationRunnable) -> None:
@@ -312,17 +333,38 @@ def test_batch_as_completed_in_order(cite: CitationRunnable) -> None:
     assert [a.citations[0].document for _, a in results] == DOCS
 
 
-def test_abatch_gives_each_input_its_own_answer(cite: CitationRunnable,
-                                                gen: ScriptedGenerator) -> None:
-    gen.delay = 0.02
+def test_abatch_gives_each_input_its_own_answer() -> None:
+    busy = Busy(0.02)
+    cite = CitationRunnable(generator=FakeGenerator(busy).sync_only())
     answers = asyncio.run(cite.abatch([ask(q) for q in QUESTIONS]))
     assert [a.citations[0].document for a in answers] == DOCS
-    assert gen.most_active == 1
+    assert busy.most_active == 1
 
     async def collect() -> list[tuple[int, Any]]:
         return [r async for r in cite.abatch_as_completed([ask(q) for q in QUESTIONS])]
 
     assert [a.citations[0].document for _, a in asyncio.run(collect())] == DOCS
+
+
+def test_an_async_generator_answers_a_batch_side_by_side() -> None:
+    fake = FakeGenerator(best_source, delay=0.01)
+    awaited = fake.aanswer
+    active = most_active = 0
+
+    async def counting(request: GenerationRequest) -> Any:
+        nonlocal active, most_active
+        active += 1
+        most_active = max(most_active, active)
+        try:
+            return await awaited(request)
+        finally:
+            active -= 1
+
+    fake.aanswer = counting  # type: ignore[method-assign]
+    cite = CitationRunnable(generator=fake)
+    answers = asyncio.run(cite.abatch([ask(q) for q in QUESTIONS]))
+    assert [a.citations[0].document for a in answers] == DOCS
+    assert most_active == 3
 
 
 # --- stream ---------------------------------------------------------------------------------
@@ -343,25 +385,20 @@ def test_stream_yields_text_then_citations(cite: CitationRunnable) -> None:
 
 
 def test_stream_text_adds_up_when_the_budget_cuts_a_marker() -> None:
-    cite = CitationRunnable(generator=CutGenerator())
+    # Cut after "Paris is [": the answer drops the open marker, as the core does.
+    cite = CitationRunnable(generator=FakeGenerator("Paris is [1].", piece_chars=1, cut=10))
     chunks = list(cite.stream(ask("France?")))
     assert "".join(c.text for c in chunks) == "Paris is"
     assert chunks[-1].finish_reason == "length"
+    assert chunks[-1].citations == []
 
 
-def test_leaving_a_stream_early_closes_the_generation(gen: ScriptedGenerator) -> None:
-    streams: list[ScriptedStream] = []
-    original = gen.stream
-
-    def keep(*args: Any, **kwargs: Any) -> ScriptedStream:
-        streams.append(original(*args, **kwargs))
-        return streams[-1]
-
-    gen.stream = keep  # type: ignore[method-assign]
+def test_leaving_a_stream_early_closes_the_generation(gen: FakeGenerator) -> None:
     iterator = CitationRunnable(generator=gen).stream(ask("France?"))
     next(iterator)
     iterator.close()
-    assert streams[0].closed_early
+    (stream,) = gen.streams
+    assert stream.closed and not stream.finished
 
 
 def test_astream_matches_stream(cite: CitationRunnable) -> None:
@@ -373,19 +410,71 @@ def test_astream_matches_stream(cite: CitationRunnable) -> None:
     assert chunks[-1].citations[0].document is DOCS[2]
 
 
-def test_astream_early_exit_closes_the_generation(gen: ScriptedGenerator) -> None:
-    gen.delay = 0.01
-    streams: list[ScriptedStream] = []
-    original = gen.stream
-    gen.stream = lambda *a, **k: streams.append(original(*a, **k)) or streams[-1]  # type: ignore
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "async"])
+def test_astream_early_exit_closes_the_generation(in_process: bool) -> None:
+    fake = FakeGenerator(best_source, delay=0.01)
+    cite = CitationRunnable(generator=fake.sync_only() if in_process else fake)
 
     async def first() -> None:
-        iterator = CitationRunnable(generator=gen).astream(ask("France?"))
+        iterator = cite.astream(ask("France?"))
         await anext(iterator)
         await iterator.aclose()
 
     asyncio.run(first())
-    assert streams[0].closed_early
+    (stream,) = fake.streams
+    assert stream.closed and not stream.finished
+
+
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "async"])
+@pytest.mark.parametrize("how", ["astream", "chain", "events"])
+def test_breaking_out_of_astream_stops_cleanly(
+    caplog: pytest.LogCaptureFixture, in_process: bool, how: str
+) -> None:
+    # `async for ...: break` leaves the stream to asyncio, which closes every unfinished async
+    # generator at once when asyncio.run ends; any failure there is logged by "asyncio".
+    fake = FakeGenerator(best_source, delay=0.01)
+    generator = fake.sync_only() if in_process else fake
+    chain = CitationRunnable.from_retriever(RunnableLambda(fake_retriever), generator=generator)
+
+    async def leave_early() -> None:
+        if how == "astream":
+            async for _ in CitationRunnable(generator=generator).astream(ask("France?")):
+                break
+        elif how == "chain":
+            async for _ in chain.astream("France?"):
+                break
+        else:
+            async for event in chain.astream_events("France?", version="v2"):
+                if event["event"] == "on_chain_stream" and event["name"] == "CitationRunnable":
+                    break
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        asyncio.run(leave_early())
+        gc.collect()  # a task whose exception nobody read reports it when collected
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+    (stream,) = fake.streams
+    assert stream.closed and not stream.finished
+    assert stream.generated < len(best_source(fake.requests[0]).split())
+
+
+def test_cancelling_astream_mid_chunk_stops_the_generation() -> None:
+    # In process, the next chunk is being generated in a worker thread when the caller gives up.
+    fake = FakeGenerator(best_source, delay=0.2)
+    cite = CitationRunnable(generator=fake.sync_only())
+
+    async def give_up() -> None:
+        iterator = cite.astream(ask("France?"))
+        await anext(iterator)
+        waiting = asyncio.create_task(anext(iterator))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(give_up())
+    (stream,) = fake.streams
+    assert stream.closed and not stream.finished
+    assert stream.generated == 2  # the piece being generated was finished, no more
 
 
 def test_astream_events_v2(cite: CitationRunnable) -> None:
@@ -435,9 +524,10 @@ def test_callbacks_see_start_end_and_errors(cite: CitationRunnable) -> None:
     assert [kind for kind, _ in recorder.seen] == ["start", "error"]
 
 
-def test_ainvoke_does_not_block_the_event_loop(gen: ScriptedGenerator) -> None:
-    gen.delay = 0.3
-    cite = CitationRunnable(generator=gen)
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "async"])
+def test_ainvoke_does_not_block_the_event_loop(in_process: bool) -> None:
+    fake = FakeGenerator(best_source, delay=0.05)
+    cite = CitationRunnable(generator=fake.sync_only() if in_process else fake)
 
     async def run() -> tuple[CitationAnswer, int]:
         ticks = 0
@@ -458,46 +548,28 @@ def test_ainvoke_does_not_block_the_event_loop(gen: ScriptedGenerator) -> None:
     assert ticks >= 10
 
 
-# --- bad input ------------------------------------------------------------------------------
+def test_async_paths_await_an_async_generator_and_thread_an_in_process_one() -> None:
+    fake = FakeGenerator(best_source)
+    called: list[tuple[str, bool]] = []
+    loop_thread = threading.get_ident()
+    for name in ("answer", "answer_stream", "aanswer", "aanswer_stream"):
+        original = getattr(fake, name)
 
-BAD_INPUTS: list[tuple[str, Any, type[Exception], str]] = [
-    ("not a dict", "What is the capital?", TypeError, "takes a dict"),
-    ("documents only", {"context": DOCS}, InvalidInputError, "no 'question' \\(or 'input'\\)"),
-    ("question only", {"question": "Why?"}, InvalidInputError, "no 'context' \\(or 'documents'\\)"),
-    ("empty documents", ask("Why?", []), NoSourcesError, "is an empty list"),
-    ("context as str", {"question": "Why?", "context": "Paris."}, TypeError, "list of Documents"),
-    ("context None", {"question": "Why?", "context": None}, TypeError, "got NoneType"),
-    ("one Document", {"question": "Why?", "context": DOCS[0]}, TypeError, "list of Documents"),
-    ("str item", ask("Why?", [DOCS[0], "Berlin."]), TypeError, "item 2 is a str"),
-    ("dict item", ask("Why?", [{"page_content": "x"}]), TypeError, "item 1 is a dict"),
-    ("empty page_content", ask("Why?", [DOCS[0], Document(page_content="")]), EmptySourceError,
-     "document 2 \\(untitled\\) has empty page_content"),
-    ("blank page_content", ask("Why?", [Document(page_content=" \n", metadata={"title": "T"})]),
-     EmptySourceError, "document 1 \\(T\\)"),
-    ("question int", ask(42), EmptyQuestionError, "must be the question as a str, got int"),  # type: ignore[arg-type]
-    ("question None", {"input": None, "context": DOCS}, EmptyQuestionError, "got NoneType"),
-    ("question blank", ask("  "), EmptyQuestionError, "is empty"),
-]
+        def spy(request: Any, _name: str = name, _original: Any = original) -> Any:
+            called.append((_name, threading.get_ident() == loop_thread))
+            return _original(request)
 
+        setattr(fake, name, spy)
 
-@pytest.mark.parametrize(("value", "error", "message"),
-                         [case[1:] for case in BAD_INPUTS], ids=[case[0] for case in BAD_INPUTS])
-def test_bad_input_is_a_clear_error(cite: CitationRunnable, gen: ScriptedGenerator,
-                                    value: Any, error: type[Exception], message: str) -> None:
-    with pytest.raises(error, match=message):
-        cite.invoke(value)
-    with pytest.raises(error, match=message):
-        list(cite.stream(value))
-    with pytest.raises(error, match=message):
-        asyncio.run(cite.ainvoke(value))
+    async def both(cite: CitationRunnable) -> None:
+        await cite.ainvoke(ask("France?"))
+        _ = [chunk async for chunk in cite.astream(ask("France?"))]
 
-    async def drain() -> None:
-        async for _ in cite.astream(value):
-            pass
-
-    with pytest.raises(error, match=message):
-        asyncio.run(drain())
-    assert gen.calls == []  # rejected before any generation
+    asyncio.run(both(CitationRunnable(generator=fake)))
+    assert called == [("aanswer", True), ("aanswer_stream", True)]
+    called.clear()
+    asyncio.run(both(CitationRunnable(generator=fake.sync_only())))
+    assert called == [("answer", False), ("answer_stream", False)]  # in worker threads
 
 
 # --- a ServerGenerator (a scripted OpenAI-compatible server) --------------------------------
@@ -532,7 +604,7 @@ def test_server_generator_async_paths_await_the_server() -> None:
     server = FakeServer()
     generator = server.generator()
     called: list[str] = []
-    for name in ("generate", "stream"):  # the sync methods must not be used on async paths
+    for name in ("answer", "answer_stream"):  # the sync methods must not be used on async paths
         original = getattr(generator, name)
 
         def spy(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
@@ -576,8 +648,6 @@ def test_server_generator_errors_reach_the_caller() -> None:
 
 
 def test_server_generator_batches_side_by_side() -> None:
-    import threading as threading_
-
     from tests.fake_server import FakeServer
 
     server = FakeServer()
@@ -585,7 +655,7 @@ def test_server_generator_batches_side_by_side() -> None:
     answer = server.answer
 
     def respond(request: Any) -> Any:
-        seen.add(threading_.get_ident())
+        seen.add(threading.get_ident())
         time.sleep(0.05)
         return answer(request)
 

@@ -1,4 +1,4 @@
-"""The answer types, the Markdown renderer and the Document -> Source translation; offline."""
+"""The LangChain answer types: CitationAnswer, its chunks and its plain dict; offline."""
 
 from __future__ import annotations
 
@@ -9,15 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.documents import Document
 
-from citeformer import CitedAnswer, Source, parse_citations
+from citeformer import CitedAnswer, build_request, parse_citations
+from citeformer.answers import cited_answer
 from citeformer.quotes import find_quotes
-from citeformer_langchain import (
-    CitationAnswer,
-    CitationAnswerChunk,
-    DocumentCitation,
-    render_markdown,
-)
-from citeformer_langchain.inputs import document_title, to_sources
+from citeformer_langchain import CitationAnswer, CitationAnswerChunk, DocumentCitation
+from citeformer_langchain.inputs import to_sources
 
 
 def cited(text: str, documents: list[Document]) -> CitedAnswer:
@@ -53,15 +49,21 @@ def test_every_citation_points_at_the_right_document(n_documents: int, picks: li
 
 
 def test_from_cited_answer_refuses_a_document_count_mismatch() -> None:
-    with pytest.raises(ValueError, match="2 sources but 1 documents"):
+    from citeformer.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="2 sources but 1 documents"):
         CitationAnswer.from_cited_answer(cited("A [1].", DOCS[:2]), DOCS[:1])
 
 
-def test_quotes_point_into_their_documents() -> None:
+def quoted() -> CitedAnswer:
     text = 'The Colosseum "is in Rome" [3], "older than both" [3].'
     sources = tuple(to_sources(DOCS))
-    core = CitedAnswer(text, tuple(parse_citations(text, 3)), sources, "stop", 50, 9,
+    return CitedAnswer(text, tuple(parse_citations(text, 3)), sources, "stop", 50, 9,
                        quotes=find_quotes(text, sources))
+
+
+def test_quotes_point_into_their_documents() -> None:
+    core = quoted()
     answer = CitationAnswer.from_cited_answer(core, DOCS)
     assert [q.text for q in answer.quotes] == ["is in Rome", "older than both"]
     first = answer.quotes[0]
@@ -79,10 +81,41 @@ def test_to_dict_is_plain_json() -> None:
     answer = CitationAnswer.from_cited_answer(cited("Rome [3]. Paris [1].", DOCS), DOCS)
     data = answer.to_dict()
     assert json.loads(json.dumps(data)) == data
-    assert data["citations"] == [{"source_id": 3, "start": 5, "end": 8},
-                                 {"source_id": 1, "start": 16, "end": 19}]
+    assert data["citations"] == [{"source_id": 3, "start": 5, "end": 8, "evidence": None},
+                                 {"source_id": 1, "start": 16, "end": 19, "evidence": None}]
     assert data["documents"][2]["id"] == "c1" and data["documents"][2]["source_id"] == 3
     assert data["prompt_tokens"] == 50 and data["generated_tokens"] == 9
+
+
+def test_to_dict_is_the_core_dict_with_documents_for_sources() -> None:
+    core = quoted()
+    data = CitationAnswer.from_cited_answer(core, DOCS).to_dict()
+    expected = core.to_dict()
+    del expected["sources"]
+    documents = data.pop("documents")
+    assert data == expected  # citations and quotes exactly as the core writes them
+    assert documents == [
+        {"source_id": i, "id": d.id, "page_content": d.page_content, "metadata": d.metadata}
+        for i, d in enumerate(DOCS, start=1)
+    ]
+    partial = CitationAnswerChunk(text="The ").to_dict()
+    assert partial["finish_reason"] is None and partial["documents"] == []
+
+
+def test_evidence_spans_point_into_the_page_content() -> None:
+    documents = [Document(page_content="Rome is old. The Colosseum is in Rome.")]
+    request = build_request("Where is the Colosseum?", to_sources(documents))
+    core = cited_answer(request, "The Colosseum is in Rome [1].", "stop",
+                        prompt_tokens=9, generated_tokens=8)
+    answer = CitationAnswer.from_cited_answer(core, documents)
+    (citation,) = answer.citations
+    span = citation.evidence
+    assert span is not None and span == core.citations[0].evidence
+    assert citation.document.page_content[span.source_start:span.source_end] == span.text
+    assert answer.to_dict()["citations"] == core.to_dict()["citations"]
+    assert json.loads(json.dumps(answer.to_dict()))["citations"][0]["evidence"]["text"] == (
+        span.text
+    )
 
 
 def test_citation_is_immutable() -> None:
@@ -105,29 +138,10 @@ def test_chunks_add_up_to_the_answer() -> None:
         chunks[0] + "text"  # type: ignore[operator]
 
 
-def test_titles_come_from_title_then_source() -> None:
-    assert document_title(DOCS[0]) == "Eiffel *Tower*"
-    assert document_title(DOCS[1]) == "notes/big_ben.md"
-    assert document_title(DOCS[2]) is None
-    assert document_title(Document(page_content="x", metadata={"title": " ", "source": 7})) == "7"
-    assert [s.title for s in to_sources(DOCS)] == ["Eiffel *Tower*", "notes/big_ben.md", None]
-    assert isinstance(to_sources(DOCS)[0], Source)
-    assert to_sources(DOCS)[1].metadata == {"source": "notes/big_ben.md"}
-
-
-def test_render_markdown() -> None:
-    answer = CitationAnswer.from_cited_answer(cited("It is in Rome [3].", DOCS), DOCS)
-    assert render_markdown(answer) == (
-        "It is in Rome [3].\n"
-        "\n"
-        "**Sources**\n"
-        "\n"
-        "1. [Eiffel \\*Tower\\*](<https://example.org/eiffel>)\n"
-        "2. notes/big\\_ben.md\n"
-        '3. "The Colosseum is in Rome, and it is very old indeed, older than both of the…"\n'
-    )
-    plain = render_markdown(answer, heading=None)
-    assert "**" not in plain
-    assert plain.splitlines()[2].startswith("1. [Eiffel")
-    with pytest.raises(TypeError, match="takes a CitationAnswer"):
-        render_markdown(cited("It is in Rome [3].", DOCS))  # type: ignore[arg-type]
+def test_last_chunk_holds_what_the_others_did_not_show() -> None:
+    core = cited("In Paris [1].", DOCS)
+    last = CitationAnswerChunk.last(core, DOCS, shown="In Paris")
+    assert last.text == " [1]." and last.finish_reason == "stop"
+    total = CitationAnswerChunk(text="In") + CitationAnswerChunk(text=" Paris") + last
+    assert total.model_dump() == CitationAnswer.from_cited_answer(core, DOCS).model_dump()
+    assert CitationAnswerChunk.last(core, DOCS, shown="In Paris [1].").text == ""

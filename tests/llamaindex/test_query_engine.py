@@ -1,5 +1,6 @@
 """CitationSynthesizer end to end: the embedded model, a real VectorStoreIndex, real MiniLM
-embeddings. Offline; about a minute on two CPU cores once the model is cached."""
+embeddings. Offline; about a minute on two CPU cores once the model is cached. The same
+behaviours run on a FakeGenerator in tests/llamaindex/test_synthesizer.py."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from citeformer import CiteGenerator
+from citeformer import CiteGenerator, GenerationRequest
 from citeformer.errors import EmptySourceError, PromptTooLongError
 from citeformer_llamaindex import (
     PARENT_END_KEY,
@@ -72,27 +73,28 @@ DOCUMENTS = {
 
 
 class Recording:
-    """The real generator, with the keyword arguments of each call written down."""
+    """The real generator, with each request it answers written down."""
 
     def __init__(self, generator: CiteGenerator) -> None:
         self._generator = generator
-        self.calls: list[dict[str, Any]] = []
+        self.requests: list[GenerationRequest] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._generator, name)
 
-    def generate(self, question: str, sources: Any, **kwargs: Any) -> Any:
-        self.calls.append({"sources": list(sources), **kwargs})
-        return self._generator.generate(question, sources, **kwargs)
+    def answer(self, request: GenerationRequest) -> Any:
+        self.requests.append(request)
+        return self._generator.answer(request)
 
-    def stream(self, question: str, sources: Any, **kwargs: Any) -> Any:
-        self.calls.append({"sources": list(sources), **kwargs})
-        return self._generator.stream(question, sources, **kwargs)
+    def answer_stream(self, request: GenerationRequest) -> Any:
+        self.requests.append(request)
+        return self._generator.answer_stream(request)
 
 
 @pytest.fixture(scope="module")
-def generator() -> CiteGenerator:
-    return CiteGenerator.default(progress=False)
+def generator(default_generator: CiteGenerator) -> CiteGenerator:
+    # default_generator (tests/conftest.py) is the embedded model, shared by the whole run.
+    return default_generator
 
 
 @pytest.fixture(scope="module")
@@ -198,10 +200,10 @@ def test_update_prompts_changes_the_instructions_the_model_gets(
               "End it with the source number in brackets, like [1].")
     engine.update_prompts({"response_synthesizer:instructions": PromptTemplate(custom)})
     response = engine.query("Who created Python?")
-    (call,) = recording.calls
-    assert call["instructions"] == custom
-    assert custom in generator.prompt("Who created Python?", call["sources"],
-                                      instructions=call["instructions"])
+    (request,) = recording.requests
+    assert request.instructions == custom
+    assert custom in generator.prompt("Who created Python?", request.sources,
+                                      instructions=request.instructions)
     assert_lined_up(response)
 
 
@@ -277,7 +279,19 @@ def test_empty_text_nodes(generator: CiteGenerator) -> None:
     assert {c["node_id"] for c in response.metadata["citations"]} == {"nile"}
     assert_lined_up(response)
     with pytest.raises(EmptySourceError, match="'blank'"):
-        synthesizer(generator, empty_nodes="raise").synthesize("How long is the Nile?", nodes)
+        synthesizer(generator, empty_sources="raise").synthesize("How long is the Nile?", nodes)
+
+
+def test_no_generator_is_the_embedded_model(generator: CiteGenerator) -> None:
+    # generator is CiteGenerator.default(), which CitationSynthesizer() loads on first use.
+    nodes = [NodeWithScore(node=TextNode(id_="nile", text=DOCUMENTS["nile"]), score=0.9)]
+    lazy = CitationSynthesizer(max_new_tokens=MAX_NEW_TOKENS, grammar_options=GRAMMAR)
+    response = lazy.synthesize("How long is the Nile?", nodes)
+    assert lazy.generator is generator
+    assert response.response == synthesizer(generator).synthesize(
+        "How long is the Nile?", nodes
+    ).response
+    assert_lined_up(response)
 
 
 def test_nodes_larger_than_the_context(generator: CiteGenerator) -> None:

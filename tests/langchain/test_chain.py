@@ -1,10 +1,14 @@
 """CitationRunnable end to end: the embedded SmolLM2-135M, real MiniLM embeddings, a real
-InMemoryVectorStore retriever over real text. Offline; 1-3 minutes on two busy CPU cores."""
+InMemoryVectorStore retriever over real text. Offline; 1-3 minutes on two busy CPU cores.
+The same behaviours run on a FakeGenerator in tests/langchain/test_runnable.py."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import math
+import time
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
@@ -193,7 +197,7 @@ def test_render_markdown_lists_the_retrieved_titles(eiffel: CitationAnswer) -> N
     [
         ({"question": EIFFEL, "context": []}, NoSourcesError),
         ({"question": EIFFEL, "context": ["The tower is in Paris."]}, TypeError),
-        ({"question": EIFFEL, "context": [Document(page_content="   ")]}, EmptySourceError),
+        ({"question": EIFFEL, "context": [Document(page_content="   ")]}, NoSourcesError),
         ({"question": 7, "context": [Document(page_content="x")]}, EmptyQuestionError),
         ({"context": [Document(page_content="x")]}, ValueError),
         ("When was it built?", TypeError),
@@ -207,7 +211,32 @@ def test_bad_input_with_the_real_model(cite: CitationRunnable, value: Any,
         list(cite.stream(value))
 
 
-def test_leaving_streams_early_frees_the_model(cite: CitationRunnable, retriever: Any) -> None:
+def test_blank_documents_are_left_out_or_refused(
+    default_generator: CiteGenerator, retriever: Any
+) -> None:
+    documents = retriever.invoke(EVEREST)
+    given = [Document(page_content="  \n", metadata={"title": "Blank"}), *documents]
+    cite = CitationRunnable(generator=default_generator, max_new_tokens=TOKENS)
+    answer = cite.invoke({"question": EVEREST, "context": given})
+    assert_guarantee(answer, documents)  # [N] is the N-th document the model saw
+    strict = CitationRunnable(generator=default_generator, empty_sources="raise")
+    with pytest.raises(EmptySourceError, match="document 1 \\(Blank\\)"):
+        strict.invoke({"question": EVEREST, "context": given})
+
+
+def test_no_generator_is_the_embedded_model(
+    default_generator: CiteGenerator, everest: CitationAnswer, retriever: Any
+) -> None:
+    # default_generator is CiteGenerator.default(), which CitationRunnable() loads on first use.
+    answer = CitationRunnable(max_new_tokens=TOKENS).invoke(
+        {"question": EVEREST, "context": retriever.invoke(EVEREST)}
+    )
+    assert answer.text == everest.text
+
+
+def test_leaving_streams_early_frees_the_model(
+    cite: CitationRunnable, retriever: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     question = {"question": EIFFEL, "context": retriever.invoke(EIFFEL)}
     chunks = cite.stream(question)
     next(chunks)
@@ -219,10 +248,23 @@ def test_leaving_streams_early_frees_the_model(cite: CitationRunnable, retriever
         await chunks.aclose()
 
     asyncio.run(leave_early())
+
+    async def break_out() -> None:
+        async for _ in cite.astream(question):
+            break
+
+    # Left to asyncio, which closes unfinished async generators when asyncio.run ends: any
+    # failure there is logged by "asyncio".
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        asyncio.run(break_out())
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
     # Had a generation kept running, it would still hold the model and this would wait for it.
+    started = time.perf_counter()
     short = cite.invoke(question, max_new_tokens=4)
     assert short.generated_tokens <= 4
     assert_guarantee(short, question["context"])
+    assert time.perf_counter() - started < 30
 
 
 def test_quotes_only_quotes_come_back_in_their_documents(

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from langchain_core.documents import Document
 from pydantic import BaseModel, ConfigDict, Field
 
+from citeformer.types import TITLE_KEYS, title_from
+
 if TYPE_CHECKING:
     from citeformer.request import GenerationRequest
     from citeformer.types import Policy, Source
@@ -21,7 +23,6 @@ QUESTION_KEYS = ("question", "input")
 DOCUMENT_KEYS = ("context", "documents")
 """Where the retrieved documents may be, first match wins."""
 
-TITLE_KEYS = ("title", "file_name", "source")
 """Metadata keys a document's title is taken from: the first whose value is not blank."""
 
 EmptySources = Literal["drop", "raise"]
@@ -127,13 +128,8 @@ def read_input(value: object) -> tuple[Any, str, list[Document], str]:
 
 
 def document_title(document: Document, title_keys: Sequence[str] = TITLE_KEYS) -> str | None:
-    """The first non-blank value among the document's ``title_keys`` metadata (white space
-    folded), else ``None``."""
-    for key in title_keys:
-        value = document.metadata.get(key)
-        if value is not None and str(value).strip():
-            return " ".join(str(value).split())
-    return None
+    """The first non-blank value among the document's ``title_keys`` metadata, else ``None``."""
+    return title_from(document.metadata, title_keys)
 
 
 def to_sources(

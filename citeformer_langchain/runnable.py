@@ -18,7 +18,12 @@ from pydantic.json_schema import SkipJsonSchema
 from typing_extensions import override
 
 from citeformer.evidence import Evidence
-from citeformer.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY, GenerationRequest
+from citeformer.request import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_POLICY,
+    GENERATOR_DEFAULT,
+    GenerationRequest,
+)
 from citeformer.types import AnswerGenerator, AsyncAnswerChunks, AsyncAnswerGenerator
 from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk
 from citeformer_langchain.inputs import (
@@ -28,7 +33,6 @@ from citeformer_langchain.inputs import (
     to_request,
 )
 
-GENERATOR_DEFAULT = "default"
 """``evidence`` left to the generator: ``"lexical"`` in this process, none on a server."""
 
 _OPTIONS = (
@@ -360,8 +364,6 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
         options = dict(options)
         policy = options.pop("policy")
         grammar = options.pop("grammar_options")
-        if options["evidence"] == GENERATOR_DEFAULT:
-            del options["evidence"]  # not passed, so a server does not refuse it
         return to_request(
             input, policy, {**options, **grammar},
             title_keys=self.title_keys, empty_sources=self.empty_sources,

@@ -38,13 +38,16 @@ from citeformer.errors import (
 )
 from citeformer.evidence import Evidence, resolve_evidence
 from citeformer.grammar import GrammarOptions
+from citeformer.prompt import default_instructions
 from citeformer.request import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_POLICY,
+    GENERATOR_DEFAULT,
     GenerationRequest,
     build_request,
 )
 from citeformer.types import (
+    TITLE_KEYS,
     AnswerChunks,
     AnswerGenerator,
     AsyncAnswerChunks,
@@ -52,6 +55,7 @@ from citeformer.types import (
     CitedAnswer,
     Policy,
     Source,
+    title_from,
 )
 from citeformer_llamaindex.llm import CiteformerLLM
 from citeformer_llamaindex.splitting import CitationChunker
@@ -63,10 +67,8 @@ logger = logging.getLogger(__name__)
 INSTRUCTIONS_PROMPT_KEY = "instructions"
 """The key of the instruction prompt in ``get_prompts()`` / ``update_prompts()``."""
 
-TITLE_KEYS = ("title", "file_name", "source")
 """Metadata keys a node's title is taken from: the first whose value is not blank."""
 
-GENERATOR_DEFAULT = "default"
 """``evidence`` left to the generator: ``"lexical"`` in this process, none on a server."""
 
 EmptySources = Literal["drop", "raise"]
@@ -574,13 +576,8 @@ class CitationSynthesizer(BaseSynthesizer):
 def metadata_title(
     metadata: Mapping[str, Any], title_keys: Sequence[str] = TITLE_KEYS
 ) -> str | None:
-    """The first non-blank value among ``metadata``'s ``title_keys`` (white space folded), else
-    ``None``."""
-    for key in title_keys:
-        value = metadata.get(key)
-        if value is not None and str(value).strip():
-            return " ".join(str(value).split())
-    return None
+    """The first non-blank value among ``metadata``'s ``title_keys`` (white space folded)."""
+    return title_from(metadata, title_keys)
 
 
 def _empty_sources_of(empty_sources: str, empty_nodes: str | None) -> EmptySources:
@@ -605,8 +602,7 @@ def _empty_sources_of(empty_sources: str, empty_nodes: str | None) -> EmptySourc
 
 
 def _default_instructions(policy: Policy) -> str:
-    # The system message of a request that sets no instructions is the policy's own.
-    return build_request("?", ["?"], policy).messages()[0]["content"]
+    return default_instructions(policy)
 
 
 def _sync_chunks(

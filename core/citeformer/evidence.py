@@ -117,6 +117,12 @@ class Evidence:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(weight={self.weight:g})"
 
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.weight == self.weight  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.weight))
+
 
 class LexicalEvidence(Evidence):
     """IDF-weighted share of the claim's content words found in each source (title included).

@@ -43,6 +43,11 @@ EXAMPLE_ANSWERS: dict[Policy, str] = {
 }
 
 
+def default_instructions(policy: Policy) -> str:
+    """The system instructions of ``policy`` that ``instructions=`` replaces."""
+    return DEFAULT_INSTRUCTIONS[policy]
+
+
 def format_sources(sources: Sequence[Source]) -> str:
     """The sources as the model sees them: ``[1] Title`` on its own line, then the text."""
     blocks = []

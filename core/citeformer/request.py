@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 SourceLike = Source | str
 
 DEFAULT_POLICY = Policy.REQUIRED
+GENERATOR_DEFAULT = "default"
+"""``evidence=GENERATOR_DEFAULT``: the generator's own default (lexical locally, none on a
+serving engine), exactly as if ``evidence`` were not given; what the wrappers pass by default."""
 DEFAULT_MAX_NEW_TOKENS = 160
 MAX_SEED = 2**63 - 1
 """Largest seed accepted: torch and every serving engine take a signed 64-bit seed."""
@@ -188,8 +191,10 @@ def build_request(
     instructions = opts.pop("instructions", None)
     prompt = opts.pop("prompt", None)
     constrained = opts.pop("constrained", True)
-    evidence_given = "evidence" in opts
-    evidence = opts.pop("evidence", DEFAULT_EVIDENCE)
+    evidence_given = opts.get("evidence", GENERATOR_DEFAULT) != GENERATOR_DEFAULT
+    evidence = opts.pop("evidence", GENERATOR_DEFAULT)
+    if evidence == GENERATOR_DEFAULT:
+        evidence = DEFAULT_EVIDENCE
     readability = opts.pop("readability", Readability())
     if opts:
         raise InputTypeError(

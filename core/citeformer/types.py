@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -37,6 +37,19 @@ class Policy(str, enum.Enum):
 
         choices = ", ".join(p.value for p in cls)
         raise InvalidInputError(f"unknown citation policy {value!r}; use one of: {choices}")
+
+
+TITLE_KEYS = ("title", "file_name", "source")
+"""Metadata keys a document's title is read from, in order, by both framework wrappers."""
+
+
+def title_from(metadata: Mapping[str, Any], keys: Sequence[str] = TITLE_KEYS) -> str | None:
+    """The first non-blank value among ``metadata``'s ``keys`` (white space folded), or ``None``."""
+    for key in keys:
+        value = metadata.get(key)
+        if value is not None and str(value).strip():
+            return " ".join(str(value).split())
+    return None
 
 
 @dataclass(frozen=True)

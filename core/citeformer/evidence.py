@@ -118,7 +118,7 @@ class Evidence:
         return f"{type(self).__name__}(weight={self.weight:g})"
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.weight == self.weight  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.weight == self.weight
 
     def __hash__(self) -> int:
         return hash((type(self), self.weight))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from citeformer.types import Policy, Source
@@ -58,16 +59,35 @@ def format_sources(sources: Sequence[Source]) -> str:
 
 
 def build_messages(
-    question: str, sources: Sequence[Source], policy: Policy, instructions: str | None = None
+    question: str,
+    sources: Sequence[Source],
+    policy: Policy,
+    instructions: str | None = None,
+    history: Sequence[tuple[str, str]] = (),
 ) -> list[dict[str, str]]:
-    """Chat messages: the instructions, one worked example, then the sources and the question."""
+    """Chat messages: instructions, one worked example, earlier turns, sources and question.
+
+    ``history`` holds the earlier turns of the conversation as (role, text) pairs.
+
+    Earlier turns are shown without their citation markers: they numbered earlier sources, and a
+    ``[2]`` left in the history would lead the model to cite this call's source 2 for it.
+    """
     system = instructions if instructions is not None else DEFAULT_INSTRUCTIONS[policy]
     return [
         {"role": "system", "content": system},
         {"role": "user", "content": _user_turn(EXAMPLE_QUESTION, EXAMPLE_SOURCES)},
         {"role": "assistant", "content": EXAMPLE_ANSWERS[policy]},
+        *({"role": role, "content": strip_markers(text)} for role, text in history),
         {"role": "user", "content": _user_turn(question, sources)},
     ]
+
+
+_MARKERS = re.compile(r"\s*(?:\[\d+\])+")
+
+
+def strip_markers(text: str) -> str:
+    """``text`` without citation markers (``[1]``, ``[2][3]``) and the space before them."""
+    return _MARKERS.sub("", text).strip()
 
 
 def _user_turn(question: str, sources: Sequence[Source]) -> str:

@@ -56,6 +56,9 @@ class GenerationOptions(TypedDict, total=False):
     """Seed for sampling, 0..2**63-1, for reproducible samples."""
     instructions: str | None
     """System instructions replacing the policy's default ones."""
+    history: Sequence[tuple[str, str]]
+    """Earlier turns of a conversation, ``(role, text)`` with role ``"user"`` or
+    ``"assistant"``, shown before this turn's sources and question (markers stripped)."""
     prompt: str | None
     """A whole prompt you rendered yourself (it must number the sources as the markers do)."""
     constrained: bool
@@ -105,6 +108,9 @@ class GenerationRequest:
     instructions: str | None = None
     """System instructions replacing the policy's default ones."""
 
+    history: tuple[tuple[str, str], ...] = ()
+    """Earlier turns of the conversation, ``(role, text)``; markers are stripped when shown."""
+
     prompt: str | None = None
     """A prompt rendered by the caller, used instead of the built-in chat messages."""
 
@@ -142,7 +148,9 @@ class GenerationRequest:
 
     def messages(self) -> list[dict[str, str]]:
         """The chat messages the model is shown (unless ``prompt`` replaces them)."""
-        return build_messages(self.question, self.sources, self.policy, self.instructions)
+        return build_messages(
+            self.question, self.sources, self.policy, self.instructions, self.history
+        )
 
     def grammar_text(self, *, spell_quotes: bool) -> str:
         """The GBNF grammar of this request.
@@ -158,7 +166,7 @@ class GenerationRequest:
         values: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
             "temperature": self.temperature, "seed": self.seed,
-            "instructions": self.instructions, "prompt": self.prompt,
+            "instructions": self.instructions, "prompt": self.prompt, "history": self.history,
             "constrained": self.constrained,
         }
         if "evidence" not in changes and not self.evidence_by_default:
@@ -189,6 +197,7 @@ def build_request(
     temperature = opts.pop("temperature", 1.0)
     seed = opts.pop("seed", None)
     instructions = opts.pop("instructions", None)
+    history = opts.pop("history", ())
     prompt = opts.pop("prompt", None)
     constrained = opts.pop("constrained", True)
     evidence_given = opts.get("evidence", GENERATOR_DEFAULT) != GENERATOR_DEFAULT
@@ -211,6 +220,7 @@ def build_request(
         temperature=_check_temperature(temperature),
         seed=_check_seed(seed),
         instructions=_check_text("instructions", instructions),
+        history=check_history(history),
         prompt=_check_text("prompt", prompt),
         constrained=_check_bool("constrained", constrained),
         grammar=grammar,
@@ -257,7 +267,7 @@ def check_question(question: object) -> str:
 
 
 _DECODING_NAMES = (
-    "max_new_tokens", "do_sample", "temperature", "seed", "instructions", "prompt",
+    "max_new_tokens", "do_sample", "temperature", "seed", "instructions", "history", "prompt",
     "constrained", "evidence", "readability",
 )
 
@@ -299,6 +309,34 @@ def _check_seed(value: object) -> int | None:
     if not 0 <= value <= MAX_SEED:
         raise InvalidInputError(f"seed must be between 0 and 2**63-1, got {value!r}")
     return value
+
+
+ROLES = ("user", "assistant")
+
+
+def check_history(history: object) -> tuple[tuple[str, str], ...]:
+    """Earlier turns as ``(role, text)`` pairs: roles ``"user"``/``"assistant"``, no blank text."""
+    if isinstance(history, (str, bytes, Mapping)) or not isinstance(history, Sequence):
+        raise InputTypeError(
+            f"history must be a list of (role, text) pairs, got {type(history).__name__}"
+        )
+    turns = []
+    for index, turn in enumerate(history):
+        if isinstance(turn, (str, bytes)) or not isinstance(turn, Sequence) or len(turn) != 2:
+            raise InputTypeError(
+                f"history[{index}] must be a (role, text) pair, got {turn!r:.60}"
+            )
+        role, text = turn
+        if role not in ROLES:
+            raise InvalidInputError(
+                f"history[{index}] has role {role!r}; use 'user' or 'assistant'"
+            )
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError(
+                f"history[{index}] ({role}) has no text ({text!r:.40}); drop empty turns"
+            )
+        turns.append((role, text))
+    return tuple(turns)
 
 
 def _check_readability(value: object) -> Readability:

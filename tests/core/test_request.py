@@ -152,3 +152,32 @@ def test_request_is_frozen() -> None:
     request = build_request("Q?", SOURCES)
     with pytest.raises(AttributeError):
         request.question = "other"  # type: ignore[misc]
+
+
+def test_history_turns_come_before_this_turn_without_their_markers() -> None:
+    request = build_request(
+        "When was it finished?", ["The tower was completed in 1889."],
+        history=[("user", "Tell me about the Eiffel Tower."),
+                 ("assistant", "It is a tower in Paris [2][3]. It is tall [1].")],
+    )
+    messages = request.messages()
+    assert [m["role"] for m in messages[-3:]] == ["user", "assistant", "user"]
+    assert messages[-2]["content"] == "It is a tower in Paris. It is tall."
+    assert messages[-1]["content"].endswith("Question: When was it finished?")
+    assert request.history[1][1].endswith("[1].")  # the request keeps what it was given
+
+
+@pytest.mark.parametrize(
+    ("history", "error", "message"),
+    [
+        ("user: hi", InputTypeError, "history must be a list of (role, text) pairs, got str"),
+        ([("user",)], InputTypeError, "history[0] must be a (role, text) pair"),
+        ([("system", "hi")], InvalidInputError, "history[0] has role 'system'"),
+        ([("user", "hi"), ("assistant", " ")], InvalidInputError, "history[1] (assistant)"),
+        ([("user", 3)], InvalidInputError, "history[0] (user) has no text"),
+    ],
+)
+def test_bad_history_is_named(history: object, error: type, message: str) -> None:
+    with pytest.raises(error) as raised:
+        build_request("Q?", SOURCES, history=history)  # type: ignore[arg-type]
+    assert message in str(raised.value)

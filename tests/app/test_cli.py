@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,6 +16,7 @@ from citeformer.app import InputError, Services, main
 from citeformer.app.services import connect_server, load_model, looks_like_path
 from citeformer.testing import FakeGenerator
 from tests.app.conftest import EXAMPLES, toy_embed
+from tests.app.pdfs import drawing_pdf, encrypted, needs_pypdf, text_pdf
 
 ANSWER = "Paris is in France [1]. It is old [2]."
 
@@ -83,13 +85,16 @@ def test_ask_prints_answer_and_cited_references(fake, docs, capsys) -> None:
     assert lines[0] == ANSWER
     assert lines[1:3] == ["", "References:"]
     sources = fake.request.sources
-    assert lines[3:] == [
+    assert [line for line in lines[3:] if not line.startswith("    ")] == [
         f"[{i}] {s.metadata['path']}, " + (
             f"line {s.metadata['line_start']}" if s.metadata["line_start"] == s.metadata["line_end"]
             else f"lines {s.metadata['line_start']}-{s.metadata['line_end']}"
         )
         for i, s in enumerate(sources[:2], start=1)
     ]
+    # Under each reference, the sentence its citation found support in, with file and line.
+    paris = str(docs / "paris.md")
+    assert lines[4] == f'    {paris}, line 3: "Paris is the capital of France."'
     assert "embedding" in err and "loading model" in err  # progress on stderr
     assert fake.request.policy == "required"
     assert fake.request.max_new_tokens == 160
@@ -132,11 +137,11 @@ def test_only_cited_sources_are_listed_unless_all_sources(fake, docs, capsys) ->
     fake.say("It is [2].")
     _, out, _ = run(capsys, "ask", "q", "--docs", str(docs), "--chunk-chars", "40",
                     services=fake)
-    refs = out.split("References:\n")[1].splitlines()
+    refs = [r for r in out.split("References:\n")[1].splitlines() if r.startswith("[")]
     assert len(refs) == 1 and refs[0].startswith("[2] ")
     _, out, _ = run(capsys, "ask", "q", "--docs", str(docs), "--chunk-chars", "40",
                     "--all-sources", services=fake)
-    refs = out.split("References:\n")[1].splitlines()
+    refs = [r for r in out.split("References:\n")[1].splitlines() if r.startswith("[")]
     assert [r[:3] for r in refs] == ["[1]", "[2]", "[3]"]
     assert refs[0].endswith("(not cited)") and not refs[1].endswith("(not cited)")
 
@@ -158,13 +163,21 @@ def test_json_output_is_pure_json_with_the_documented_shape(fake, docs, capsys) 
     data = json.loads(out)
     assert data["text"] == ANSWER
     assert (data["question"], data["policy"]) == ("capital?", "quotes_only")
-    assert data["citations"] == [
+    assert [{k: c[k] for k in ("source_id", "start", "end")} for c in data["citations"]] == [
         {"source_id": 1, "start": 19, "end": 22}, {"source_id": 2, "start": 34, "end": 37},
     ]
+    for citation in data["citations"]:
+        evidence = citation["evidence"]
+        source = data["sources"][citation["source_id"] - 1]
+        document = (docs / Path(evidence["path"]).name).read_text(encoding="utf-8")
+        assert document[evidence["file_start"]:evidence["file_end"]] == evidence["text"]
+        assert source["text"][evidence["source_start"]:evidence["source_end"]] == evidence["text"]
+        assert evidence["line"] == document.count("\n", 0, evidence["file_start"]) + 1
+        assert evidence["page"] is None and isinstance(evidence["weak"], bool)
     assert [s["id"] for s in data["sources"]] == [1, 2]
     for source in data["sources"]:
         assert {"id", "path", "text", "title", "start", "end", "line_start", "line_end",
-                "score", "cited"} <= source.keys()
+                "page", "score", "cited"} <= source.keys()
     assert data["finish_reason"] == "stop"
     assert fake.request.max_new_tokens == 7
     assert fake.request.policy == Policy.QUOTES_ONLY.value
@@ -277,7 +290,7 @@ def test_a_symlink_loop_is_named_as_such(fake, tmp_path, capsys) -> None:
 
 def test_empty_folder(fake, tmp_path, capsys) -> None:
     code, _, err = run(capsys, "ask", "q", "--docs", str(tmp_path), services=fake)
-    assert_clean_error(code, err, 2, "has no .txt or .md files")
+    assert_clean_error(code, err, 2, "has no documents (.txt, .md, .html, .htm, .pdf files)")
 
 
 def test_binary_file(fake, tmp_path, capsys) -> None:
@@ -416,7 +429,7 @@ def test_the_application_api() -> None:
 
     assert sorted(citeformer.app.__all__) == [
         "AppError", "AskOptions", "InputError", "Interrupted", "Services", "UsageError", "ask",
-        "main",
+        "ask_many", "main",
     ]
 
 
@@ -469,7 +482,9 @@ def test_server_answers_with_the_grammar_sent(served, docs, capsys) -> None:
     assert served.connects == [("http://gpu-box:8000", None, "vllm")]
     answer = json.loads(out)
     assert answer["text"] == "Paris is the capital of France [1]."
-    assert answer["citations"] == [{"source_id": 1, "start": 31, "end": 34}]
+    (citation,) = answer["citations"]
+    assert (citation["source_id"], citation["start"], citation["end"]) == (1, 31, 34)
+    assert citation["evidence"]["text"] == "Paris is the capital of France."
     body = served.server.bodies[0]
     assert body["model"] == "smollm2-test" and body["max_tokens"] == 20
     assert body["structured_outputs"]["grammar"].startswith("root ::=")
@@ -535,3 +550,104 @@ def test_wrong_path_on_a_server_exits_2(docs, capsys) -> None:
 def test_server_option_misuse_exits_2(docs, capsys, argv) -> None:
     code, _, err = run(capsys, "ask", "q?", "--docs", str(docs), *argv)
     assert code == 2 and "usage:" in err
+
+
+# -- PDF and HTML documents ----------------------------------------------------------------------
+
+REPORT = [
+    "Annual Report on Towers\nThis report covers tall structures in Europe.",
+    "The Eiffel Tower stands in Paris.\nIt was completed on 31 March 1889.\nIt is 330 metres tall.",
+    "The Berlin TV tower was finished in 1969.\nIt stands at Alexanderplatz.",
+]
+
+
+def cite_the_source_with(words: str, claim: str):
+    """A script citing whichever retrieved source holds ``words``, as a faithful model would."""
+    def script(request: GenerationRequest) -> str:
+        (k,) = [i for i, s in enumerate(request.sources, start=1) if words in s.text]
+        return f"{claim} [{k}]."
+
+    return script
+
+
+@needs_pypdf
+def test_a_pdf_answer_names_the_page_in_references_and_json(fake, tmp_path, capsys) -> None:
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(text_pdf(REPORT))
+    fake.generator = Harness.script(
+        cite_the_source_with("1889", "It was completed on 31 March 1889")
+    )
+    argv = ["ask", "When was the Eiffel Tower completed?", "--docs", str(pdf), "--chunk-chars",
+            "100", "-k", "3", "-q"]
+    code, out, err = run(capsys, *argv, services=fake)
+    assert code == 0, err
+    k = next(i for i, s in enumerate(fake.request.sources, start=1) if "1889" in s.text)
+    assert out.split("References:\n")[1].splitlines() == [
+        f"[{k}] {pdf}, page 2",
+        f'    {pdf}, page 2, line 2: "It was completed on 31 March 1889."',
+    ]
+    code, out, _ = run(capsys, *argv, "--json", services=fake)
+    data = json.loads(out)
+    source = data["sources"][k - 1]
+    assert (source["path"], source["page"], source["line_start"]) == (str(pdf), 2, 1)
+    (citation,) = data["citations"]
+    evidence = citation["evidence"]
+    assert (evidence["page"], evidence["line"], evidence["path"]) == (2, 2, str(pdf))
+    assert evidence["text"] == "It was completed on 31 March 1889."
+    extracted = "\n\n".join(REPORT)  # offsets are into the extracted text
+    assert extracted[evidence["file_start"]:evidence["file_end"]] == evidence["text"]
+    assert extracted[source["start"]:source["end"]] == source["text"]
+
+
+@needs_pypdf
+def test_unusable_pdfs_in_a_folder_are_skipped_with_warnings(fake, tmp_path, capsys) -> None:
+    (tmp_path / "report.pdf").write_bytes(text_pdf(REPORT))
+    (tmp_path / "secret.pdf").write_bytes(encrypted(text_pdf(REPORT), "secret"))
+    (tmp_path / "scan.pdf").write_bytes(drawing_pdf())
+    fake.say("In 1889 [1].")
+    code, out, err = run(capsys, "ask", "When?", "--docs", str(tmp_path), services=fake)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("citeformer: warning:")]
+    assert len(warnings) == 2
+    assert "scan.pdf" in warnings[0] and "no extractable text" in warnings[0]
+    assert "secret.pdf" in warnings[1] and "is encrypted and needs a password" in warnings[1]
+    assert all(s.metadata["path"].endswith("report.pdf") for s in fake.request.sources)
+
+
+@needs_pypdf
+def test_a_corrupt_pdf_named_directly_exits_2(fake, tmp_path, capsys) -> None:
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(text_pdf(REPORT)[:250])
+    code, out, err = run(capsys, "ask", "When?", "--docs", str(broken), services=fake)
+    assert_clean_error(code, err, 2, f"citeformer: error: '{broken}' is not a readable PDF")
+    assert out == "" and fake.loads == []
+
+
+def test_a_pdf_without_pypdf_says_what_to_install(fake, tmp_path, capsys, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pypdf", None)
+    (tmp_path / "report.pdf").write_bytes(text_pdf(REPORT))
+    code, _, err = run(capsys, "ask", "When?", "--docs", str(tmp_path / "report.pdf"),
+                       services=fake)
+    assert_clean_error(code, err, 2, "reading PDF files needs pypdf",
+                       "pip install 'citeformer[documents]'")
+
+
+def test_an_html_page_is_cited_by_its_title_and_file_line(fake, tmp_path, capsys) -> None:
+    page = tmp_path / "tower.html"
+    page.write_text(
+        "<!doctype html>\n<html><head><title>Eiffel Tower</title>\n"
+        "<script>var x = 1;</script></head>\n<body>\n<p>The tower stands in Paris.\n"
+        "It was completed on 31 March 1889.</p>\n</body></html>\n",
+        encoding="utf-8",
+    )
+    fake.say("It was completed on 31 March 1889 [1].")
+    code, out, err = run(capsys, "ask", "When?", "--docs", str(page), "-q", services=fake)
+    assert code == 0, err
+    (source,) = fake.request.sources
+    assert source.title == "Eiffel Tower" and "var x" not in source.text
+    assert out.split("References:\n")[1].splitlines() == [
+        f"[1] {page}, lines 5-6",
+        f'    {page}, line 6: "It was completed on 31 March 1889."',
+    ]

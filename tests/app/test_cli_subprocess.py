@@ -47,11 +47,20 @@ def test_ask_prints_an_answer_and_references_to_retrieved_passages() -> None:
     answer, _, references = result.stdout.partition("\n\nReferences:\n")
     assert answer.strip(), result.stdout
     numbers = check_markers(answer, 3)  # default --top-k 3
-    lines = references.splitlines()
+    lines = [line for line in references.splitlines() if not line.startswith("    ")]
     if numbers:
         assert [int(line[1:line.index("]")]) for line in lines] == sorted(set(numbers))
         for line in lines:
             assert re.fullmatch(r"\[\d+\] examples/docs/[\w.]+\.(md|txt), lines? \d+(-\d+)?", line)
+        # Under each, the supporting sentence: file, line, and the sentence as the file has it.
+        for line in references.splitlines():
+            if line.startswith("    "):
+                match = re.fullmatch(r'    (examples/docs/[\w.]+), line (\d+): "(.+)"( \(weak '
+                                     r"support\))?", line)
+                assert match, line
+                document = (ROOT / match[1]).read_text(encoding="utf-8").splitlines()
+                sentence = match[3].removesuffix("\u2026").split()[0]
+                assert sentence in document[int(match[2]) - 1]
     else:
         assert lines[0].startswith("(none cited;")
     # the question is about the tower: the retriever must have found its file
@@ -76,6 +85,22 @@ def test_ask_json_is_well_formed_and_markers_point_at_retrieved_chunks() -> None
     for citation in data["citations"]:
         assert text[citation["start"]:citation["end"]] == f"[{citation['source_id']}]"
         assert 1 <= citation["source_id"] <= len(data["sources"])
+        evidence = citation["evidence"]
+        if evidence is not None:
+            document = (ROOT / evidence["path"]).read_text(encoding="utf-8")
+            assert document[evidence["file_start"]:evidence["file_end"]] == evidence["text"]
+            assert evidence["line"] == document.count("\n", 0, evidence["file_start"]) + 1
+
+
+def test_ask_questions_writes_json_lines() -> None:
+    result = run("ask", "--questions", "examples/questions.txt", "--docs", "examples/docs",
+                 "--max-new-tokens", "24", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [a["line"] for a in answers] == [1, 2, 3]
+    for answer in answers:
+        check_markers(answer["text"], len(answer["sources"]))
 
 
 def test_ask_stream_via_python_dash_m() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from citeformer.app.documents import (
     load_documents,
 )
 from tests.app.conftest import EXAMPLES
+from tests.app.pdfs import drawing_pdf, encrypted, needs_pypdf, text_pdf
 
 AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 needs_permissions = pytest.mark.skipif(
@@ -67,7 +69,7 @@ def test_missing_path_is_an_error(tmp_path: Path) -> None:
 
 def test_folder_without_documents_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "image.png").write_bytes(b"\x89PNG\x00")
-    with pytest.raises(DocumentError, match="has no .txt or .md files"):
+    with pytest.raises(DocumentError, match=r"has no documents \(.txt, .md, .html, .htm, .pdf"):
         load_documents([tmp_path])
 
 
@@ -189,7 +191,7 @@ def test_an_unreadable_folder_named_directly_says_so(tmp_path, monkeypatch) -> N
     with pytest.raises(DocumentError, match="cannot be read: permission denied") as error:
         load_documents([tmp_path])
     assert str(tmp_path) in str(error.value)
-    assert "has no .txt or .md files" not in str(error.value)
+    assert "has no documents" not in str(error.value)
 
 
 def test_an_unreadable_subfolder_is_skipped_with_a_warning(tmp_path, monkeypatch) -> None:
@@ -255,9 +257,125 @@ def test_passage_location_and_source() -> None:
     assert source.title == "a.md"
     assert source.text == "Text."
     assert dict(source.metadata) == {
-        "path": "docs/a.md", "start": 10, "end": 15, "line_start": 3, "line_end": 7, "score": 0.5,
+        "path": "docs/a.md", "start": 10, "end": 15, "line_start": 3, "line_end": 7,
+        "page": None, "score": 0.5,
     }
 
 
 def test_document_name() -> None:
     assert Document("docs/a.md", "x").name == "a.md"
+
+
+# ------------------------------------------------------------------------------ HTML and PDF
+
+PDF_PAGES = [
+    "Annual Report on Towers\nThis report covers tall structures in Europe.",
+    "The Eiffel Tower stands in Paris.\nIt was completed on 31 March 1889.",
+    "The Berlin TV tower was finished in 1969.\nIt stands at Alexanderplatz.",
+]
+
+
+def test_html_pages_are_read_as_their_text_with_title_and_file_lines(tmp_path: Path) -> None:
+    (tmp_path / "tower.html").write_text(
+        "<html><head><title>Eiffel Tower</title></head>\n<body>\n<h1>History</h1>\n"
+        "<p>It was completed\non 31 March 1889.</p>\n</body></html>\n",
+        encoding="utf-8",
+    )
+    (document,) = load_documents([tmp_path])
+    assert document.text == "History\n\nIt was completed on 31 March 1889."
+    assert document.title == "Eiffel Tower"
+    (passage,) = chunk_documents([document])
+    assert (passage.line_start, passage.line_end) == (3, 5)  # lines of the .html file
+    assert passage.locate(passage.text.index("on 31"), len(passage.text)).line == 5
+    source = passage.to_source()
+    assert source.title == "Eiffel Tower"
+    assert source.text == document.text
+
+
+def test_an_html_page_in_its_declared_encoding(tmp_path: Path) -> None:
+    page = '<meta charset="iso-8859-1"><p>Caf\xe9 cr\xe8me.</p>'
+    (tmp_path / "cafe.htm").write_bytes(page.encode("latin-1"))
+    assert load_documents([tmp_path / "cafe.htm"])[0].text == "Caf\xe9 cr\xe8me."
+
+
+def test_an_html_page_without_text_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "empty.html").write_text("<html><script>x()</script></html>", encoding="utf-8")
+    with pytest.raises(DocumentError, match="has no text outside its markup"):
+        load_documents([tmp_path / "empty.html"])
+
+
+@needs_pypdf
+def test_pdf_passages_know_their_page_and_their_line_on_it(tmp_path: Path) -> None:
+    (tmp_path / "report.pdf").write_bytes(text_pdf(PDF_PAGES))
+    (document,) = load_documents([tmp_path])
+    assert document.text == "\n\n".join(PDF_PAGES)
+    passages = chunk_documents([document], max_chars=80)
+    assert [(p.page, p.line_start, p.line_end) for p in passages] == [(1, 1, 2), (2, 1, 2),
+                                                                      (3, 1, 2)]
+    assert [p.location for p in passages][1] == f"{tmp_path / 'report.pdf'}, page 2"
+    assert passages[1].to_source().metadata["page"] == 2
+    where = passages[1].locate(passages[1].text.index("It was"), len(passages[1].text))
+    assert (where.page, where.line) == (2, 2)
+    assert document.text[where.file_start:where.file_end] == "It was completed on 31 March 1889."
+
+
+@needs_pypdf
+def test_a_passage_across_a_page_break_takes_the_page_it_starts_on(tmp_path: Path) -> None:
+    (tmp_path / "report.pdf").write_bytes(text_pdf(PDF_PAGES))
+    (passage, *_) = chunk_documents(load_documents([tmp_path]), max_chars=200)
+    assert passage.text.startswith("Annual Report") and "31 March 1889" in passage.text
+    assert passage.page == 1
+    where = passage.locate(passage.text.index("It was"), passage.text.index("1889") + 4)
+    assert (where.page, where.line) == (2, 2)
+
+
+@needs_pypdf
+def test_a_pdf_by_its_content_whatever_its_name(tmp_path: Path) -> None:
+    (tmp_path / "report.bin").write_bytes(text_pdf(PDF_PAGES))
+    (document,) = load_documents([tmp_path / "report.bin"])
+    assert document.page_starts[0] == 0 and len(document.page_starts) == 3
+
+
+@needs_pypdf
+def test_unusable_pdfs_in_a_folder_are_skipped_with_a_warning_each(tmp_path: Path) -> None:
+    (tmp_path / "a_report.pdf").write_bytes(text_pdf(PDF_PAGES))
+    (tmp_path / "b_secret.pdf").write_bytes(encrypted(text_pdf(PDF_PAGES), "secret"))
+    (tmp_path / "c_scan.pdf").write_bytes(drawing_pdf())
+    (tmp_path / "d_broken.pdf").write_bytes(text_pdf(PDF_PAGES)[:300])
+    warnings: list[str] = []
+    docs = load_documents([tmp_path], warn=warnings.append)
+    assert [Path(d.path).name for d in docs] == ["a_report.pdf"]
+    assert len(warnings) == 3
+    assert "b_secret.pdf" in warnings[0] and "is encrypted" in warnings[0]
+    assert "c_scan.pdf" in warnings[1] and "no extractable text" in warnings[1]
+    assert "d_broken.pdf" in warnings[2] and "not a readable PDF" in warnings[2]
+
+
+@needs_pypdf
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [(lambda: encrypted(text_pdf(PDF_PAGES), "secret"), "is encrypted"),
+     (drawing_pdf, "has no extractable text"),
+     (lambda: b"%PDF-1.7\n" + b"\x00garbage" * 50, "is not a readable PDF")],
+    ids=["encrypted", "image-only", "corrupt"],
+)
+def test_an_unusable_pdf_named_directly_is_an_error(tmp_path: Path, data, message) -> None:
+    path = tmp_path / "report.pdf"
+    path.write_bytes(data())
+    with pytest.raises(DocumentError, match=message) as error:
+        load_documents([path])
+    assert str(path) in str(error.value)
+
+
+def test_without_pypdf_a_pdf_in_a_folder_is_skipped_with_the_install_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pypdf", None)
+    (tmp_path / "notes.md").write_text("Notes.", encoding="utf-8")
+    (tmp_path / "report.pdf").write_bytes(text_pdf(PDF_PAGES))
+    warnings: list[str] = []
+    assert [d.name for d in load_documents([tmp_path], warn=warnings.append)] == ["notes.md"]
+    (warning,) = warnings
+    assert "report.pdf" in warning and "pip install 'citeformer[documents]'" in warning
+    with pytest.raises(DocumentError, match=r"citeformer\[documents\]"):
+        load_documents([tmp_path / "report.pdf"])

@@ -98,7 +98,11 @@ def test_readme_cli_command_runs(argv: list[str], request: pytest.FixtureRequest
     assert result.returncode == 0, (
         f"{shlex.join(argv)} exited {result.returncode}:\n{result.stdout}\n{result.stderr[-4000:]}"
     )
-    if "--json" in argv:
+    if "--questions" in argv:
+        # One JSON answer per line of the questions file.
+        answers = [json.loads(line) for line in result.stdout.splitlines()]
+        assert answers and all("text" in a for a in answers), result.stdout
+    elif "--json" in argv:
         # One JSON object: the answer text and the retrieved sources its markers index.
         answer = json.loads(result.stdout)
         assert isinstance(answer["text"], str) and answer["sources"], result.stdout

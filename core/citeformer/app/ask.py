@@ -1,4 +1,8 @@
-"""``citeformer ask``: documents to passages, passages to the closest k, those to a cited answer."""
+"""``citeformer ask``: documents to passages, passages to the closest k, those to a cited answer.
+
+``ask`` answers one question; ``citeformer.app.ask_many`` answers a file of them with the same
+steps: ``load_passages``, ``open_generator``, ``index_passages``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import Any, Literal, TextIO
 
 from citeformer import AnswerGenerator, CitedAnswer, EmptyQuestionError, build_request
 from citeformer.app.chunking import DEFAULT_MAX_CHARS
-from citeformer.app.documents import DocumentError, chunk_documents, load_documents
+from citeformer.app.documents import DocumentError, Passage, chunk_documents, load_documents
 from citeformer.app.errors import PROG
 from citeformer.app.output import answer_json, format_references
 from citeformer.app.retrieval import DEFAULT_TOP_K, DenseRetriever
@@ -22,13 +26,18 @@ from citeformer.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY
 
 Output = Literal["text", "json", "stream"]
 DEFAULT_ENGINE = "llama.cpp"
+DEFAULT_BATCH_SIZE = 8
+"""Questions per batch of ``--questions``: what ``CiteGenerator.answer_batch`` decodes at once by
+default (kept here, since importing ``citeformer.batch`` would load torch before any input is
+checked)."""
 
 
 @dataclass(frozen=True)
 class AskOptions:
     """One ``citeformer ask`` command, as parsed from its arguments."""
 
-    question: str
+    question: str | None
+    """The question; ``None`` when ``questions`` names a file of them."""
     docs: tuple[str, ...]
     """Document files and folders."""
     policy: str = DEFAULT_POLICY.value
@@ -46,6 +55,13 @@ class AskOptions:
     ``json``: one JSON object."""
     all_sources: bool = False
     quiet: bool = False
+    questions: str | None = None
+    """``--questions FILE``: one question per line (or JSON lines), answered as JSON lines."""
+    output_file: str | None = None
+    """``--output FILE``: where ``--questions`` writes its answers (``None``: stdout)."""
+    batch_size: int = DEFAULT_BATCH_SIZE
+    """``--batch-size``: questions answered together (a local model's batch, or requests in
+    flight to a server)."""
 
 
 class Progress:
@@ -65,24 +81,16 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
     """Answer ``options.question`` from ``options.docs`` and print it on ``out``."""
     say = Progress(not options.quiet)
     if options.quiet:
-        _silence_library_progress()
+        silence_library_progress()
     question = options.question
-    if not question.strip():
+    if question is None or not question.strip():
         raise EmptyQuestionError("the question is empty; ask something, e.g. "
                                  f'{PROG} ask "When was the Eiffel Tower completed?" --docs ...')
 
-    documents = load_documents(options.docs, warn=services.warn)
-    passages = chunk_documents(documents, options.chunk_chars)
-    if not passages:  # load_documents rejects empty files, so this is only a safeguard
-        raise DocumentError("the documents contain no text")
-    say(f"read {len(documents)} document(s): {len(passages)} passage(s) "
-        f"of at most {options.chunk_chars} characters")
-
-    generator = _generator(options, services, say)
-
+    passages = load_passages(options, services, say)
+    generator = open_generator(options, services, say)
     started = time.perf_counter()
-    say(f"embedding {len(passages)} passage(s) with all-MiniLM-L6-v2")
-    retriever = DenseRetriever(passages, services.embed, progress=_embed_progress(say))
+    retriever = index_passages(passages, services, say)
     hits = retriever.search(question, options.top_k)
     say(f"retrieved {len(hits)} passage(s) in {time.perf_counter() - started:.1f}s; generating")
 
@@ -113,7 +121,19 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
     return answer
 
 
-def _generator(options: AskOptions, services: Services, say: Progress) -> AnswerGenerator:
+def load_passages(options: AskOptions, services: Services, say: Progress) -> list[Passage]:
+    """The passages of ``options.docs``; skipped files go to ``services.warn``."""
+    documents = load_documents(options.docs, warn=services.warn)
+    passages = chunk_documents(documents, options.chunk_chars)
+    if not passages:  # load_documents rejects empty files, so this is only a safeguard
+        raise DocumentError("the documents contain no text")
+    say(f"read {len(documents)} document(s): {len(passages)} passage(s) "
+        f"of at most {options.chunk_chars} characters")
+    return passages
+
+
+def open_generator(options: AskOptions, services: Services, say: Progress) -> AnswerGenerator:
+    """The server's generator with ``--server``, else the model of ``--model``."""
     if options.server is not None:
         say(f"connecting to the {options.engine} server at {options.server}")
         served = services.connect_server(options.server, options.server_model, options.engine)
@@ -121,6 +141,14 @@ def _generator(options: AskOptions, services: Services, say: Progress) -> Answer
         return served
     say(f"loading model {options.model or 'SmolLM2-135M-Instruct (embedded)'}")
     return services.load_model(options.model, progress=not options.quiet)
+
+
+def index_passages(
+    passages: list[Passage], services: Services, say: Progress
+) -> DenseRetriever:
+    """A retriever over ``passages``, embedded with ``services.embed``."""
+    say(f"embedding {len(passages)} passage(s) with all-MiniLM-L6-v2")
+    return DenseRetriever(passages, services.embed, progress=_embed_progress(say))
 
 
 def _embed_progress(say: Callable[[str], None]) -> Callable[[int, int], None]:
@@ -151,7 +179,8 @@ def library_warnings_to(warn: Callable[[str], None]) -> Iterator[None]:
         yield
 
 
-def _silence_library_progress() -> None:
+def silence_library_progress() -> None:
+    """Turn off transformers' progress bars and messages (``--quiet``)."""
     # transformers draws "Loading weights" bars for both models; --quiet means nothing on stderr.
     try:
         from transformers.utils import logging as hf_logging

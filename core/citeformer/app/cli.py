@@ -1,15 +1,27 @@
 r"""The ``citeformer`` command: its arguments, and how it ends.
 
-``citeformer ask "QUESTION" --docs PATH...`` loads the ``.txt``/``.md`` documents at PATH (files or
-folders), cuts them into passages, retrieves the top-k passages with local all-MiniLM-L6-v2
-embeddings, answers with the embedded SmolLM2-135M-Instruct (or ``--model``) under the chosen
-citation policy, and prints the answer followed by a numbered reference list::
+``citeformer ask "QUESTION" --docs PATH...`` loads the documents at PATH (files or folders of
+``.txt``, ``.md``, ``.html``/``.htm`` and ``.pdf`` files), cuts them into passages, retrieves the
+top-k passages with local all-MiniLM-L6-v2 embeddings, answers with the embedded
+SmolLM2-135M-Instruct (or ``--model``) under the chosen citation policy, and prints the answer
+followed by a numbered reference list, each cited passage with the sentence that supports the
+claim citing it::
 
     $ citeformer ask "When was the Eiffel Tower completed?" --docs examples/docs
-    The Eiffel Tower was completed on 31 March 1889 [1].
+    The Eiffel Tower was completed on 31 March 1889 [2].
 
     References:
-    [1] examples/docs/eiffel_tower.md, line 5
+    [2] examples/docs/eiffel_tower.md, line 5
+        examples/docs/eiffel_tower.md, line 5: "Construction of the Eiffel Tower began in January
+        1887, and the tower was completed on 31 March 1889, when Gustave Eiffel climbed to the top
+        and raised the…"
+
+(the supporting sentence is one line, cut at 160 characters; ``(weak support)`` follows it when
+the passage shares little of the claim's wording, and a PDF's passages read ``report.pdf, page 3``
+and ``report.pdf, page 3, line 12: "..."``).
+
+``--questions FILE`` answers every question of FILE (one per line, or JSON lines) against the same
+documents and writes one JSON answer per line (``citeformer.app.ask_many``).
 
 With ``--server URL`` the answer comes from a llama.cpp, vLLM or SGLang server instead of a model
 in this process (``--engine`` names which, ``--server-model`` the served model); the grammar travels
@@ -23,7 +35,8 @@ order; retrieved passages that are not cited are left out unless ``--all-sources
 Progress and warnings go to stderr, so stdout holds only the answer (or, with ``--json``, one JSON
 object). Exit codes (``citeformer.app.errors``): 0 success, 2 bad input (usage errors, missing or
 unreadable documents, an empty question, a model path that does not exist, a server URL that is
-malformed or cannot be reached), 1 any other failure, 130 interrupted. Errors print as
+malformed or cannot be reached), 1 any other failure (with ``--questions``: some question could not
+be answered, its line holding an error object), 130 interrupted. Errors print as
 ``citeformer: error: ...`` without a traceback (set ``CITEFORMER_DEBUG=1`` to get one).
 """  # noqa: D214 - "References:" is a line of the example output, not a docstring section
 
@@ -36,7 +49,14 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from citeformer import Policy
-from citeformer.app.ask import DEFAULT_ENGINE, AskOptions, ask, library_warnings_to
+from citeformer.app.ask import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_ENGINE,
+    AskOptions,
+    ask,
+    library_warnings_to,
+)
+from citeformer.app.ask_many import ask_many
 from citeformer.app.chunking import DEFAULT_MAX_CHARS
 from citeformer.app.errors import EXIT_OK, EXIT_USAGE, PROG, UsageError, as_app_error
 from citeformer.app.retrieval import DEFAULT_TOP_K
@@ -60,12 +80,13 @@ def main(argv: Sequence[str] | None = None, *, services: Services | None = None)
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        if args.server is None and (
-            args.server_model is not None or args.engine != DEFAULT_ENGINE
-        ):
-            ask_parser.error("--server-model and --engine need --server URL")
+        _check_combinations(args, ask_parser)
+        options = _options(args)
         with library_warnings_to(services.warn):
-            ask(_options(args), services, sys.stdout)
+            if options.questions is not None:
+                ask_many(options, services, sys.stdout)
+            else:
+                ask(options, services, sys.stdout)
         return EXIT_OK
     except BrokenPipeError:  # `citeformer ask ... | head`: stop quietly
         _silence_stdout()
@@ -113,15 +134,37 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         description="Chunk the documents, retrieve the passages closest to the question "
         "(local all-MiniLM-L6-v2 embeddings), answer with the model under the citation "
         "policy, and print the answer followed by a numbered list of the cited passages "
-        "(file and lines). Progress goes to stderr.",
-        epilog="exit status: 0 ok, 2 bad input, 1 other failure. "
+        "(file and lines, or page), each with the sentence that supports the claim. "
+        "Progress goes to stderr.",
+        epilog="exit status: 0 ok, 2 bad input, 1 other failure (with --questions: a question "
+        "that got an error object). "
         f'Example: {PROG} ask "When was the Eiffel Tower completed?" --docs examples/docs',
     )
-    ask.add_argument("question", help="the question to answer")
+    ask.add_argument(
+        "question", nargs="?", default=None,
+        help="the question to answer (or --questions FILE)",
+    )
     ask.add_argument(
         "--docs", "-d", nargs="+", required=True, metavar="PATH",
-        help="document files or folders (.txt and .md files, searched recursively), "
-        "e.g. --docs examples/docs",
+        help="document files or folders (.txt, .md, .html, .htm and .pdf files, searched "
+        "recursively; PDF needs pip install 'citeformer[documents]'), e.g. --docs examples/docs",
+    )
+    many = ask.add_argument_group("many questions")
+    many.add_argument(
+        "--questions", default=None, metavar="FILE",
+        help="answer every question of FILE (one per line; a .jsonl file: one "
+        '{"question": "..."} per line; - is stdin) and write one JSON answer per line, '
+        "with its line number; a line that fails gets an error object and the exit status "
+        "is 1",
+    )
+    many.add_argument(
+        "--output", "-o", default=None, metavar="FILE",
+        help="write the --questions answers to FILE instead of stdout",
+    )
+    many.add_argument(
+        "--batch-size", type=_positive_int, default=None, metavar="N",
+        help="questions answered together: one batch of the local model, or requests in "
+        f"flight to a --server (default: {DEFAULT_BATCH_SIZE})",
     )
     ask.add_argument(
         "--policy", "-p", type=_policy, default=Policy.REQUIRED.value,
@@ -193,6 +236,24 @@ def _policy(value: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _check_combinations(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """The rules between options that argparse cannot say (``parser.error`` exits 2)."""
+    if args.server is None and (args.server_model is not None or args.engine != DEFAULT_ENGINE):
+        parser.error("--server-model and --engine need --server URL")
+    if args.questions is None:
+        if args.question is None:
+            parser.error("give a QUESTION (before --docs, which takes every word after it "
+                         "as a path), or --questions FILE")
+        for name, value in (("--output", args.output), ("--batch-size", args.batch_size)):
+            if value is not None:
+                parser.error(f"{name} needs --questions FILE")
+    else:
+        if args.question is not None:
+            parser.error(f"give a QUESTION or --questions FILE, not both (got {args.question!r})")
+        if args.stream:
+            parser.error("--stream prints one answer as it comes; --questions writes JSON lines")
+
+
 def _options(args: argparse.Namespace) -> AskOptions:
     return AskOptions(
         question=args.question,
@@ -208,6 +269,9 @@ def _options(args: argparse.Namespace) -> AskOptions:
         output="json" if args.json else "stream" if args.stream else "text",
         all_sources=args.all_sources,
         quiet=args.quiet,
+        questions=args.questions,
+        output_file=args.output,
+        batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
     )
 
 

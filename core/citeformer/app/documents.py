@@ -1,54 +1,125 @@
-"""Loading the ``.txt``/``.md`` files named by ``--docs`` and cutting them into passages.
+"""Loading the documents named by ``--docs`` and cutting them into located passages.
 
-``load_documents`` reads ``.txt`` and ``.md`` files from files and folders (recursively, in
-sorted order, hidden files and folders skipped) as UTF-8. A path that does not exist, a symlink
-loop, a folder that cannot be read or has no ``.txt``/``.md`` file in it, or a file named on its
-own that is binary, not UTF-8, empty or unreadable raises ``DocumentError``. A file *found inside
-a folder* that cannot be used, and a subfolder that cannot be read, are skipped with a warning
-instead: a folder is a collection, and one stray entry should not stop a question about the rest
-(if nothing readable is left, that is an error too). Symlinked subfolders are not followed, so a
-link back up the tree cannot make the walk endless.
+``load_documents`` reads ``.txt`` and ``.md`` files as UTF-8, ``.html``/``.htm`` pages as the text
+a browser shows (``citeformer.app.html_text``) and ``.pdf`` files page by page with pypdf
+(``citeformer.app.pdf_text``), from files and folders (recursively, in sorted order, hidden files
+and folders skipped). A path that does not exist, a symlink loop, a folder that cannot be read or
+has no document in it, or a file named on its own that cannot be used (binary, not UTF-8, empty,
+unreadable; a PDF that is encrypted, corrupt or only images) raises ``DocumentError``. A file
+*found inside a folder* that cannot be used, and a subfolder that cannot be read, are skipped with
+a warning instead: a folder is a collection, and one stray entry should not stop a question about
+the rest (if nothing readable is left, that is an error too). Symlinked subfolders are not
+followed, so a link back up the tree cannot make the walk endless.
+
+Every passage keeps exact offsets into its document's text (for HTML and PDF, the extracted
+text), the line a reader finds it on (an HTML page's line in the ``.html`` file; a PDF's line
+counted within its page) and, for a PDF, the page it begins on.
 """
 
 from __future__ import annotations
 
+import codecs
 import errno
+import functools
 import os
+import re
 import warnings
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from citeformer import Source
 from citeformer.app.chunking import DEFAULT_MAX_CHARS, chunk_text
-from citeformer.app.errors import InputError
+from citeformer.app.errors import DocumentError
+from citeformer.app.html_text import LineMap, html_to_text
+from citeformer.app.pdf_text import page_of, pdf_to_text
 
-DOCUMENT_SUFFIXES = (".txt", ".md")
+TEXT_SUFFIXES = (".txt", ".md")
+HTML_SUFFIXES = (".html", ".htm")
+PDF_SUFFIXES = (".pdf",)
+DOCUMENT_SUFFIXES = (*TEXT_SUFFIXES, *HTML_SUFFIXES, *PDF_SUFFIXES)
 """File name endings ``load_documents`` picks up inside folders (case-insensitive)."""
 
 Warn = Callable[[str], None]
 
-
-class DocumentError(InputError):
-    """A document path cannot be used.
-
-    It is missing, a symlink loop, unreadable, a folder with no documents, or a file that is
-    binary, not UTF-8 or empty.
-    """
+__all__ = [
+    "DOCUMENT_SUFFIXES",
+    "Document",
+    "DocumentError",
+    "Location",
+    "Passage",
+    "chunk_documents",
+    "load_documents",
+]
 
 
 @dataclass(frozen=True)
 class Document:
-    """A loaded text file; ``path`` is as the user named it (a folder's files under that name)."""
+    """A loaded document; ``path`` is as the user named it (a folder's files under that name)."""
 
     path: str
     text: str
+    """The text passages are cut from: the file's, or the text extracted from an HTML or PDF."""
+    title: str | None = None
+    """An HTML page's ``<title>``; ``None``: the file name stands for it."""
+    page_starts: tuple[int, ...] = field(default=(), repr=False)
+    """A PDF's: the offset in ``text`` where each page begins (empty: not paged)."""
+    line_map: LineMap | None = field(default=None, repr=False)
+    """An HTML page's: the ``.html`` file line of each stretch of ``text``."""
 
     @property
     def name(self) -> str:
         """The file name, without its folder."""
         return Path(self.path).name
+
+    def page_of(self, offset: int) -> int | None:
+        """The 1-based page holding ``text[offset]``; ``None`` for an unpaged document."""
+        return page_of(self.page_starts, offset) if self.page_starts else None
+
+    def line_of(self, offset: int) -> int:
+        """The 1-based line a reader finds ``text[offset]`` on.
+
+        The file's line for a text file or an HTML page, the line within its page for a PDF.
+        """
+        if self.line_map is not None:
+            return self.line_map.line_of(offset)
+        line = bisect_left(self._newlines, offset) + 1
+        page = self.page_of(offset)
+        if page is not None:
+            line -= bisect_left(self._newlines, self.page_starts[page - 1])
+        return line
+
+    @functools.cached_property
+    def _newlines(self) -> list[int]:
+        return [match.start() for match in re.finditer("\n", self.text)]
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a stretch of a passage lies in its document."""
+
+    path: str
+    file_start: int
+    """Offset in the document's text (the file's, or the text extracted from it)."""
+    file_end: int
+    line: int
+    """The 1-based line it begins on (for a PDF, within its page)."""
+    page: int | None
+    """The 1-based page it begins on; ``None`` for an unpaged document."""
+
+    def describe(self) -> str:
+        """``path, line 3``, or ``path, page 2, line 5`` for a PDF."""
+        page = "" if self.page is None else f", page {self.page}"
+        return f"{self.path}{page}, line {self.line}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """``path``, ``file_start``, ``file_end``, ``line`` and ``page``."""
+        return {
+            "path": self.path, "file_start": self.file_start, "file_end": self.file_end,
+            "line": self.line, "page": self.page,
+        }
 
 
 @dataclass(frozen=True)
@@ -61,29 +132,49 @@ class Passage:
     end: int
     line_start: int
     line_end: int
+    page: int | None = None
+    """The page the passage begins on (a PDF's); ``None`` for an unpaged document."""
+    title: str | None = None
+    """The document's title; ``None``: the file name."""
+    document: Document | None = field(default=None, repr=False, compare=False)
+    """The document the passage was cut from, which locates offsets within it."""
 
     @property
     def location(self) -> str:
-        """``path, line 3`` or ``path, lines 3-7``."""
+        """``path, line 3``, ``path, lines 3-7``, or ``path, page 2`` for a PDF."""
+        if self.page is not None:
+            return f"{self.path}, page {self.page}"
         if self.line_start == self.line_end:
             return f"{self.path}, line {self.line_start}"
         return f"{self.path}, lines {self.line_start}-{self.line_end}"
 
+    def locate(self, source_start: int, source_end: int) -> Location:
+        """Where ``text[source_start:source_end]`` lies in the document."""
+        file_start = self.start + source_start
+        if self.document is None:
+            line = self.line_start + self.text.count("\n", 0, source_start)
+            page = self.page
+        else:
+            line = self.document.line_of(file_start)
+            page = self.document.page_of(file_start)
+        return Location(self.path, file_start, self.start + source_end, line, page)
+
     def to_source(self, **extra: Any) -> Source:
-        """The passage as a ``Source``: titled by file name, located by its metadata."""
+        """The passage as a ``Source``: titled by its document, located by its metadata."""
         metadata = {
             "path": self.path,
             "start": self.start,
             "end": self.end,
             "line_start": self.line_start,
             "line_end": self.line_end,
+            "page": self.page,
             **extra,
         }
-        return Source(self.text, title=Path(self.path).name, metadata=metadata)
+        return Source(self.text, title=self.title or Path(self.path).name, metadata=metadata)
 
 
 def load_documents(paths: Iterable[str | Path], *, warn: Warn | None = None) -> list[Document]:
-    """Read the ``.txt``/``.md`` documents at ``paths`` (files or folders, recursively).
+    """Read the documents at ``paths`` (files or folders, recursively).
 
     Raises ``DocumentError`` for a path that cannot be used (see the module docstring) or when
     nothing readable is found. Entries of folders that cannot be used are skipped, and ``warn``
@@ -103,7 +194,8 @@ def load_documents(paths: Iterable[str | Path], *, warn: Warn | None = None) -> 
             found = list(_walk(path, warn))
             if not found:
                 raise DocumentError(
-                    f"folder {str(name)!r} has no {' or '.join(DOCUMENT_SUFFIXES)} files"
+                    f"folder {str(name)!r} has no documents ({', '.join(DOCUMENT_SUFFIXES)} "
+                    "files)"
                 )
             for file in found:
                 if file.resolve() in seen:
@@ -129,7 +221,11 @@ def chunk_documents(
 ) -> list[Passage]:
     """All passages of ``documents``, in document order."""
     return [
-        Passage(doc.path, span.text, span.start, span.end, span.line_start, span.line_end)
+        Passage(
+            doc.path, span.text, span.start, span.end,
+            line_start=doc.line_of(span.start), line_end=doc.line_of(span.end - 1),
+            page=doc.page_of(span.start), title=doc.title, document=doc,
+        )
         for doc in documents
         for span in chunk_text(doc.text, max_chars)
     ]
@@ -223,18 +319,47 @@ def _read(path: Path) -> Document:
         data = path.read_bytes()
     except OSError as error:
         raise DocumentError(f"{str(path)!r} cannot be read: {error.strerror or error}") from None
+    suffix = path.suffix.lower()
+    if suffix in PDF_SUFFIXES or data.startswith(b"%PDF-"):
+        pdf = pdf_to_text(data, str(path))
+        return Document(str(path), pdf.text, page_starts=pdf.page_starts)
     if b"\x00" in data[:8192]:
         raise DocumentError(f"{str(path)!r} is a binary file, not text")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise DocumentError(
-            f"{str(path)!r} is not UTF-8 text (undecodable byte at offset {error.start}); "
-            "convert it to UTF-8"
-        ) from None
+    if suffix in HTML_SUFFIXES:
+        page = html_to_text(_decode(path, data, _declared_charset(data)))
+        if not page.text.strip():
+            raise DocumentError(f"{str(path)!r} has no text outside its markup")
+        return Document(str(path), page.text, title=page.title, line_map=page.lines)
+    text = _decode(path, data, None)
     if not text.strip():
         raise DocumentError(f"{str(path)!r} is empty")
     return Document(str(path), text)
+
+
+def _decode(path: Path, data: bytes, charset: str | None) -> str:
+    encoding = "utf-8-sig" if charset is None or data.startswith(codecs.BOM_UTF8) else charset
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as error:
+        name = "UTF-8" if encoding == "utf-8-sig" else encoding
+        raise DocumentError(
+            f"{str(path)!r} is not {name} text (undecodable byte at offset {error.start}); "
+            "convert it to UTF-8"
+        ) from None
+
+
+_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+
+
+def _declared_charset(data: bytes) -> str | None:
+    """The encoding an HTML page declares in a ``<meta>`` near its top, if Python knows it."""
+    match = _CHARSET.search(data[:4096])
+    if match is None:
+        return None
+    try:
+        return codecs.lookup(match.group(1).decode("ascii")).name
+    except LookupError:
+        return None
 
 
 def _warn(message: str) -> None:

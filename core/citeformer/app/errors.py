@@ -6,7 +6,8 @@ The tree::
     └── AppError                exit 1: the command failed
         ├── UsageError          exit 2: the arguments do not parse (shown under the usage line)
         ├── InputError          exit 2: an input cannot be used (also an InvalidInputError)
-        │   └── DocumentError   a --docs path (citeformer.app.documents)
+        │   └── DocumentError   a --docs path: missing, unreadable, or a file with no text
+        ├── QuestionsFailed     exit 1: some questions of --questions got an error object
         └── Interrupted         exit 130: Ctrl-C
 
 ``as_app_error`` is the one place that decides how any other exception ends the command: the
@@ -68,6 +69,32 @@ class InputError(AppError, InvalidInputError):
     """
 
     exit_code = EXIT_USAGE
+
+
+class DocumentError(InputError):
+    """A document path cannot be used.
+
+    It is missing, a symlink loop, unreadable, a folder with no documents, or a file that is
+    binary, not UTF-8, empty, a PDF that is encrypted, corrupt or holds no text, or a PDF while
+    pypdf is not installed.
+    """
+
+
+class QuestionsFailed(AppError):
+    """Some questions of a ``--questions`` file were not answered; the others were.
+
+    Raised once every answer is written, so the output holds one line per question, the failed
+    ones as ``{"line": ..., "error": ...}`` objects.
+    """
+
+    def __init__(self, failed: list[int], total: int) -> None:
+        lines = ", ".join(map(str, failed[:20])) + (", ..." if len(failed) > 20 else "")
+        super().__init__(
+            f"{len(failed)} of {total} question(s) could not be answered (line(s) {lines}); "
+            'each has an "error" object in its place in the output'
+        )
+        self.failed = failed
+        """The line numbers of the questions that failed."""
 
 
 class Interrupted(AppError):

@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from citeformer import CitedAnswer, Quote
+from citeformer import CitedAnswer, EvidenceSpan
 from citeformer.app.documents import Passage
 from citeformer.app.retrieval import Hit
+
+EVIDENCE_CHARS = 160
+"""Longest supporting sentence shown in the reference list; a longer one ends in an ellipsis."""
+
+EVIDENCE_INDENT = "    "
 
 
 def format_references(
@@ -17,50 +22,83 @@ def format_references(
 
     Numbers are the answer's marker numbers. Only cited sources are listed, in ascending order,
     unless ``all_sources``: then every retrieved passage is, uncited ones marked ``(not cited)``.
+    Under each cited passage, one indented line per sentence its citations found support in:
+    where it is and the sentence, ``(weak support)`` when little of the claim's wording is there.
     """
     cited = sorted(set(answer.cited_ids))
     numbers = range(1, len(hits) + 1) if all_sources else cited
+    evidence = _evidence_by_source(answer)
     lines = ["", "References:"]
     if not numbers:
         lines.append(f"(none cited; {len(hits)} passage(s) were retrieved, see --all-sources)")
     for number in numbers:
+        passage = hits[number - 1].passage
         note = "" if number in cited else " (not cited)"
-        lines.append(f"[{number}] {hits[number - 1].passage.location}{note}")
+        lines.append(f"[{number}] {passage.location}{note}")
+        lines += [evidence_line(span, passage) for span in evidence.get(number, [])]
     if answer.quotes:
         lines += ["", "Quotes (verbatim):"]
         for quote in answer.quotes:
-            where = quote_location(quote, hits[quote.source_id - 1].passage)
-            lines.append(
-                f'"{quote.text}" [{quote.source_id}] {where["path"]}, line {where["line"]}'
-            )
+            where = hits[quote.source_id - 1].passage.locate(quote.source_start, quote.source_end)
+            lines.append(f'"{quote.text}" [{quote.source_id}] {where.describe()}')
     return "\n".join(lines) + "\n"
+
+
+def evidence_line(span: EvidenceSpan, passage: Passage) -> str:
+    """``    path, line 4: "The sentence..."``, with `` (weak support)`` when ``span.weak``."""
+    where = passage.locate(span.source_start, span.source_end)
+    weak = " (weak support)" if span.weak else ""
+    return f'{EVIDENCE_INDENT}{where.describe()}: "{shorten(span.text)}"{weak}'
+
+
+def shorten(text: str, limit: int = EVIDENCE_CHARS) -> str:
+    """``text`` on one line (white space runs made one space), cut at a word to fit ``limit``."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    if flat[limit - 1] != " " and " " in cut:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + "\u2026"
 
 
 def answer_json(
     answer: CitedAnswer, hits: Sequence[Hit], question: str, policy: str
 ) -> dict[str, Any]:
-    """The ``--json`` object: ``CitedAnswer.to_dict()`` with where each passage and quote is.
+    """The ``--json`` object: ``CitedAnswer.to_dict()`` with where each passage and span is.
 
     ``sources`` are all retrieved passages, ``id`` their marker number; each carries its file
-    location (``path``, ``start``, ``end``, ``line_start``, ``line_end``), its retrieval
+    location (``path``, ``start``, ``end``, ``line_start``, ``line_end``, ``page``), its retrieval
     ``score`` and whether the answer ``cited`` it, in place of the ``metadata`` that held them.
-    Each quote also carries ``path``, ``file_start``, ``file_end`` and ``line``.
+    Each citation's ``evidence`` (offsets ``source_start``/``source_end`` in the passage) and each
+    quote also carry ``path``, ``file_start``, ``file_end`` (offsets in the document's text),
+    ``line`` and ``page`` (``None`` but for PDFs).
     """
     data = answer.to_dict()
     cited = set(answer.cited_ids)
     for source in data["sources"]:
         source.update(source.pop("metadata"), cited=source["id"] in cited)
+    for citation, entry in zip(answer.citations, data["citations"], strict=True):
+        span = citation.evidence
+        if span is not None and entry["evidence"] is not None:
+            passage = hits[citation.source_id - 1].passage
+            entry["evidence"].update(passage.locate(span.source_start, span.source_end).as_dict())
     for quote, entry in zip(answer.quotes, data["quotes"], strict=True):
-        entry.update(quote_location(quote, hits[quote.source_id - 1].passage))
+        where = hits[quote.source_id - 1].passage.locate(quote.source_start, quote.source_end)
+        entry.update(where.as_dict())
     return {"question": question, "policy": policy, **data}
 
 
-def quote_location(quote: Quote, passage: Passage) -> dict[str, Any]:
-    """Where a quote lies in the passage's file: path, character offsets, 1-based line."""
-    # Source offsets are into the passage text, which is the file's text from passage.start.
-    return {
-        "path": passage.path,
-        "file_start": passage.start + quote.source_start,
-        "file_end": passage.start + quote.source_end,
-        "line": passage.line_start + passage.text.count("\n", 0, quote.source_start),
-    }
+def _evidence_by_source(answer: CitedAnswer) -> dict[int, list[EvidenceSpan]]:
+    """Each source's distinct evidence spans, in the order the answer's citations found them."""
+    spans: dict[int, dict[tuple[int, int], EvidenceSpan]] = {}
+    for citation in answer.citations:
+        span = citation.evidence
+        if span is None:
+            continue
+        found = spans.setdefault(citation.source_id, {})
+        key = (span.source_start, span.source_end)
+        # One sentence backing two claims is shown once, with its better support.
+        if key not in found or span.score > found[key].score:
+            found[key] = span
+    return {number: list(found.values()) for number, found in spans.items()}

@@ -82,23 +82,38 @@ class DenseRetriever:
 
     def search(self, query: str, k: int = DEFAULT_TOP_K) -> list[Hit]:
         """The ``k`` passages most similar to ``query``, best first (ties in document order)."""
+        return self.search_many([query], k)[0]
+
+    def search_many(self, queries: Sequence[str], k: int = DEFAULT_TOP_K) -> list[list[Hit]]:
+        """``search`` for each of ``queries``, which are embedded in one call."""
         import numpy as np
 
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InvalidInputError(f"k must be a positive int, got {k!r}")
-        vector = _normalize(np.asarray(self._embed([query]), dtype=np.float32))[0]
-        scores = self._matrix @ vector
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [Hit(self.passages[i], float(scores[i])) for i in order]
+        if not queries:
+            return []
+        vectors = self._embed(list(queries))
+        if len(vectors) != len(queries):
+            raise EmbeddingError(
+                f"the embedder returned {len(vectors)} vectors for {len(queries)} queries; "
+                "it must return one vector per text"
+            )
+        matrix = _normalize(np.asarray(vectors, dtype=np.float32))
+        hits = []
+        for scores in matrix @ self._matrix.T:
+            order = np.argsort(-scores, kind="stable")[:k]
+            hits.append([Hit(self.passages[i], float(scores[i])) for i in order])
+        return hits
 
 
 def embedding_text(passage: Passage) -> str:
     """What is embedded for a passage: its text behind the document's name as a short header.
 
     A paragraph deep in a file often never names its subject ("It was completed in 1889"); the
-    header (``eiffel tower: ...`` for ``eiffel_tower.md``) keeps it findable by that subject.
+    header (``eiffel tower: ...`` for ``eiffel_tower.md``, an HTML page's ``<title>``) keeps it
+    findable by that subject.
     """
-    title = re.sub(r"[_\-\s]+", " ", Path(passage.path).stem).strip()
+    title = passage.title or re.sub(r"[_\-\s]+", " ", Path(passage.path).stem).strip()
     return f"{title}: {passage.text}" if title else passage.text
 
 

@@ -1,0 +1,327 @@
+"""Unit tests for citeformer.app.ask_many: ``citeformer ask --questions FILE`` with scripted
+generators (no model), through ``main``."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from citeformer import AnswerGenerator, CitedAnswer, GenerationRequest, PromptTooLongError
+from citeformer.app import Services, main
+from citeformer.app.ask_many import BatchAnswerer, ProgressBar
+from citeformer.testing import FakeGenerator
+from tests.app.conftest import toy_embed
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "What is the capital of Germany?",
+    "Where is Paris?",
+    "Where is Berlin?",
+    "Which city is older?",
+]
+
+
+class BatchingFake(FakeGenerator):
+    """A ``FakeGenerator`` with ``answer_batch``, which records the requests of each call."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.batches: list[list[GenerationRequest]] = []
+        self.batch_sizes: list[int] = []
+
+    def answer_batch(
+        self, requests: Sequence[GenerationRequest], *, batch_size: int = 8
+    ) -> list[CitedAnswer]:
+        self.batches.append(list(requests))
+        self.batch_sizes.append(batch_size)
+        # As CiteGenerator does: a row that cannot be answered stops the whole call.
+        return [self.answer(request) for request in requests]
+
+
+def services(generator: AnswerGenerator, warnings: list[str] | None = None) -> Services:
+    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+        return generator
+
+    return Services(load_model=load, embed=toy_embed,
+                    warn=warnings.append if warnings is not None else print)
+
+
+def questions_file(tmp_path: Path, lines: Sequence[str], name: str = "questions.txt") -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def run(capsys, *argv: str, services: Services) -> tuple[int, list[dict], str]:
+    code = main(list(argv), services=services)
+    captured = capsys.readouterr()
+    return code, [json.loads(line) for line in captured.out.splitlines()], captured.err
+
+
+def test_every_question_gets_one_json_line_in_order(docs, tmp_path, capsys) -> None:
+    fake = BatchingFake("It is Paris [1].")
+    path = questions_file(tmp_path, QUESTIONS)
+    code, answers, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
+                             "--batch-size", "2", services=services(fake))
+    assert code == 0, err
+    assert [(a["line"], a["question"]) for a in answers] == list(enumerate(QUESTIONS, start=1))
+    # One batched call per --batch-size questions, in file order.
+    assert [[r.question for r in batch] for batch in fake.batches] == [
+        QUESTIONS[0:2], QUESTIONS[2:4], QUESTIONS[4:5],
+    ]
+    assert fake.batch_sizes == [2, 2, 2]
+    for answer, request in zip(answers, fake.requests, strict=True):
+        assert answer["text"] == "It is Paris [1]."
+        assert answer["policy"] == "required"
+        assert [s["text"] for s in answer["sources"]] == [s.text for s in request.sources]
+        (citation,) = answer["citations"]
+        assert citation["evidence"]["path"].endswith((".md", ".txt"))
+
+
+def test_the_lines_are_the_json_objects_of_single_questions(docs, tmp_path, capsys) -> None:
+    fake = BatchingFake("It is Paris [1].")
+    path = questions_file(tmp_path, QUESTIONS[:1])
+    code, (many,), _ = run(capsys, "ask", "--questions", str(path), "--docs", str(docs), "-q",
+                           services=services(fake))
+    assert code == 0
+    main(["ask", QUESTIONS[0], "--docs", str(docs), "--json", "-q"], services=services(fake))
+    single = json.loads(capsys.readouterr().out)
+    assert list(many) == ["line", *single] and many == {"line": 1, **single}
+
+
+def test_retrieval_runs_per_question(docs, tmp_path, capsys) -> None:
+    fake = BatchingFake("It is [1].")
+    path = questions_file(tmp_path, ["Paris, France?", "Berlin, Germany?"])
+    code, answers, _ = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
+                           "-k", "1", "-q", services=services(fake))
+    assert code == 0
+    assert [a["sources"][0]["path"].rsplit("/", 1)[1] for a in answers] == [
+        "paris.md", "berlin.txt",
+    ]
+
+
+def test_a_generator_without_answer_batch_answers_one_by_one(docs, tmp_path, capsys) -> None:
+    fake = FakeGenerator("It is Paris [1].")
+    path = questions_file(tmp_path, QUESTIONS)
+    code, answers, _ = run(capsys, "ask", "--questions", str(path), "--docs", str(docs), "-q",
+                           services=services(fake.sync_only()))
+    assert code == 0
+    assert [r.question for r in fake.requests] == QUESTIONS
+    assert len(answers) == len(QUESTIONS)
+
+
+def test_bad_lines_get_error_objects_and_exit_1_without_losing_the_rest(
+    docs, tmp_path, capsys
+) -> None:
+    fake = BatchingFake("It is Paris [1].")
+    path = questions_file(tmp_path, [
+        '{"question": "What is the capital of France?"}',
+        "not json at all",
+        "",
+        '{"question": "  "}',
+        '{"question": "Where is Berlin?"}',
+    ], name="questions.jsonl")
+    warnings: list[str] = []
+    code, answers, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
+                             services=services(fake, warnings))
+    assert code == 1
+    assert [a["line"] for a in answers] == [1, 2, 4, 5]
+    assert answers[0]["text"] == answers[3]["text"] == "It is Paris [1]."
+    assert answers[1] == {"line": 2, "question": None,
+                          "error": answers[1]["error"]}
+    assert answers[1]["error"].startswith("not JSON")
+    assert answers[2] == {"line": 4, "question": "  ", "error": "the question is empty"}
+    assert [w.split(":")[0] for w in warnings] == ["line 2", "line 4"]
+    assert err.splitlines()[-1] == (
+        "citeformer: error: 2 of 4 question(s) could not be answered (line(s) 2, 4); "
+        'each has an "error" object in its place in the output'
+    )
+    assert "Traceback" not in err
+    assert [r.question for r in fake.requests] == ["What is the capital of France?",
+                                                    "Where is Berlin?"]
+
+
+def test_a_failing_row_is_answered_alone_and_the_others_keep_their_answers(
+    docs, tmp_path, capsys
+) -> None:
+    def script(request: GenerationRequest) -> str:
+        if "Berlin" in request.question:
+            raise PromptTooLongError("the prompt is 900 tokens but the context holds 512")
+        return "It is Paris [1]."
+
+    fake = BatchingFake(script)
+    path = questions_file(tmp_path, QUESTIONS)
+    code, answers, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
+                             "--batch-size", "5", "-q", services=services(fake, []))
+    assert code == 1
+    assert [("error" in a) for a in answers] == [False, False, False, True, False]
+    assert answers[3] == {"line": 4, "question": "Where is Berlin?",
+                          "error": "the prompt is 900 tokens but the context holds 512"}
+    assert len(fake.batches) == 1  # the batch failed, then each row went alone
+    assert [r.question for r in fake.requests[4:]] == QUESTIONS  # after the batch's 4 answers
+    assert "1 of 5 question(s) could not be answered (line(s) 4)" in err
+
+
+def test_only_bad_lines_load_no_model(docs, tmp_path, capsys) -> None:
+    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+        raise AssertionError("nothing to answer, so no model")
+
+    path = questions_file(tmp_path, ["{oops"], name="q.jsonl")
+    code = main(["ask", "--questions", str(path), "--docs", str(docs), "-q"],
+                services=Services(load_model=load, embed=toy_embed, warn=lambda _: None))
+    out = capsys.readouterr().out
+    assert code == 1 and json.loads(out)["line"] == 1
+
+
+def test_output_file_gets_the_answers_and_stdout_stays_empty(docs, tmp_path, capsys) -> None:
+    path = questions_file(tmp_path, QUESTIONS[:2])
+    target = tmp_path / "answers.jsonl"
+    code = main(["ask", "--questions", str(path), "--docs", str(docs), "-o", str(target), "-q"],
+                services=services(BatchingFake("It is Paris [1].")))
+    assert code == 0 and capsys.readouterr().out == ""
+    lines = target.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["line"] for line in lines] == [1, 2]
+
+
+def test_output_onto_the_questions_file_is_refused(docs, tmp_path, capsys) -> None:
+    path = questions_file(tmp_path, QUESTIONS[:2])
+    code = main(["ask", "--questions", str(path), "--docs", str(docs), "-o", str(path)],
+                services=services(BatchingFake()))
+    assert code == 2
+    assert "is the questions file itself" in capsys.readouterr().err
+    assert path.read_text(encoding="utf-8").splitlines() == QUESTIONS[:2]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--questions", "{missing}"], "does not exist"),
+        (["--questions", "{questions}", "-o", "{tmp}/no/such/folder/out.jsonl"],
+         "cannot write the answers to"),
+    ],
+)
+def test_unusable_files_exit_2_before_any_model(docs, tmp_path, capsys, argv, message) -> None:
+    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+        raise AssertionError("checked before loading")
+
+    path = questions_file(tmp_path, QUESTIONS[:1])
+    argv = [a.format(missing=tmp_path / "none.txt", questions=path, tmp=tmp_path) for a in argv]
+    code = main(["ask", *argv, "--docs", str(docs)],
+                services=Services(load_model=load, embed=toy_embed))
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["ask", "--docs", "d"], "give a QUESTION"),
+        (["ask", "q?", "--questions", "f.txt", "--docs", "d"], "not both"),
+        (["ask", "--questions", "f.txt", "--stream", "--docs", "d"], "--stream"),
+        (["ask", "q?", "--output", "out.jsonl", "--docs", "d"], "--output needs --questions"),
+        (["ask", "q?", "--batch-size", "4", "--docs", "d"], "--batch-size needs --questions"),
+        (["ask", "--questions", "f.txt", "--batch-size", "0", "--docs", "d"],
+         "must be at least 1"),
+    ],
+)
+def test_usage_errors(capsys, argv, message) -> None:
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "usage: citeformer ask" in err and message in err
+
+
+def test_progress_on_stderr_and_quiet_silences_it(docs, tmp_path, capsys) -> None:
+    path = questions_file(tmp_path, QUESTIONS)
+    code, _, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
+                       "--batch-size", "2", services=services(BatchingFake("It is [1].")))
+    assert code == 0
+    bars = [line for line in err.splitlines() if "questions" in line and "[" in line]
+    assert [bar.split("] ")[1].split(" ")[0] for bar in bars] == ["2/5", "4/5", "5/5"]
+    assert bars[-1].startswith("citeformer: [" + "#" * ProgressBar.WIDTH + "] 5/5 questions")
+    code, _, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs), "-q",
+                       services=services(BatchingFake("It is [1].")))
+    assert code == 0 and err == ""
+
+
+def test_progress_redraws_one_line_on_a_terminal() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    bar = ProgressBar(4, enabled=True, stream=screen)
+    bar.update(2)
+    bar.update(4, failed=1)
+    bar.close()
+    text = screen.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
+    assert "4/4 questions" in text and "1 failed" in text
+
+
+def test_questions_from_stdin(docs, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("Where is Paris?\nWhere is Berlin?\n"))
+    code, answers, _ = run(capsys, "ask", "--questions", "-", "--docs", str(docs), "-q",
+                           services=services(BatchingFake("It is [1].")))
+    assert code == 0 and [a["question"] for a in answers] == ["Where is Paris?",
+                                                              "Where is Berlin?"]
+
+
+# -- a server: requests side by side ----------------------------------------------------------
+
+
+class ServedFake:
+    """A served generator whose answers wait until ``parties`` requests are in flight at once."""
+
+    model = "served-test"
+
+    def __init__(self, parties: int) -> None:
+        self.fake = FakeGenerator("It is Paris [1].")
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.threads: set[str] = set()
+
+    def answer(self, request: GenerationRequest) -> CitedAnswer:
+        self.threads.add(threading.current_thread().name)
+        self.barrier.wait()  # sequential requests would never get past this
+        return self.fake.answer(request)
+
+    def answer_stream(self, request: GenerationRequest):  # pragma: no cover - not streamed
+        raise AssertionError("--questions does not stream")
+
+
+def test_a_server_gets_each_batch_side_by_side(docs, tmp_path, capsys) -> None:
+    served = ServedFake(parties=2)
+
+    def connect(url: str, model: str | None, engine: str) -> ServedFake:
+        return served
+
+    path = questions_file(tmp_path, QUESTIONS[:4])
+    code, answers, err = run(
+        capsys, "ask", "--questions", str(path), "--docs", str(docs), "--server", "http://h:1",
+        "--batch-size", "2", "-q",
+        services=Services(connect_server=connect, embed=toy_embed),  # type: ignore[arg-type]
+    )
+    assert code == 0, err
+    assert [a["question"] for a in answers] == QUESTIONS[:4]  # in file order all the same
+    assert len(served.threads) == 2
+
+
+def test_batch_answerer_reports_each_error_in_place() -> None:
+    def script(request: GenerationRequest) -> str:
+        if request.question == "bad?":
+            raise PromptTooLongError("too long")
+        return "Fine [1]."
+
+    from citeformer import build_request
+
+    requests = [build_request(q, ["A source."]) for q in ("good?", "bad?", "good again?")]
+    for generator in (FakeGenerator(script), BatchingFake(script)):
+        answerer = BatchAnswerer(generator, batch_size=3, side_by_side=True)
+        outcomes = answerer.answer(requests)
+        answerer.close()
+        assert isinstance(outcomes[1], PromptTooLongError)
+        assert [o.text for o in (outcomes[0], outcomes[2])] == ["Fine [1].", "Fine [1]."]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import queue
 import threading
 from collections import OrderedDict
@@ -11,22 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import xgrammar as xgr
-from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from citeformer.answers import ChunkTracker, StreamedAnswer, cited_answer
-from citeformer.errors import PromptTooLongError, TokenizerMismatchError
+from citeformer import batch
+from citeformer.answers import ChunkTracker, StreamedAnswer
+from citeformer.errors import TokenizerMismatchError
 from citeformer.grammar import GrammarOptions, render_grammar
-from citeformer.processor import (
-    EvidenceLogitsProcessor,
-    GrammarLogitsProcessor,
-    IdTokens,
-    QuoteLogitsProcessor,
-)
 from citeformer.prompt import render_prompt
-from citeformer.quotes import QuoteGuard, VocabIndex
+from citeformer.quotes import VocabIndex
 from citeformer.request import GenerationRequest, SourceLike, build_request
-from citeformer.types import CitedAnswer, FinishReason, Policy
+from citeformer.types import CitedAnswer, Policy
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -42,7 +35,8 @@ class CiteGenerator:
 
     One generator holds one model, its ``TokenizerInfo``, one ``GrammarCompiler`` and a cache of
     the last ``GRAMMAR_CACHE_SIZE`` compiled grammars, keyed by (number of sources, policy,
-    grammar options). Generations on one generator run one at a time.
+    grammar options). Generations on one generator run one at a time; a batch (``answer_batch``)
+    is one generation, each of its rows under its own grammar.
 
     Setup::
 
@@ -68,6 +62,11 @@ class CiteGenerator:
         for chunk in stream:
             print(chunk, end="")
         stream.answer      # the CitedAnswer, once the loop ends
+
+    Batch::
+
+        answers = gen.generate_batch(questions, sources_per_question, batch_size=8)
+        answers = gen.answer_batch([build_request(q, s, "auto") for q, s in pairs])
     """
 
     def __init__(self, model: Any, tokenizer: Any) -> None:
@@ -133,7 +132,7 @@ class CiteGenerator:
         return int(self._pad_id)
 
     def compiled_grammar(
-        self, n_sources: int, policy: Policy | str = Policy.REQUIRED, **options: int | bool
+        self, n_sources: int, policy: Policy | str = Policy.REQUIRED, **options: int | bool | str
     ) -> xgr.CompiledGrammar:
         """The compiled grammar for this call shape, compiled once and cached."""
         return self._compiled(n_sources, Policy.coerce(policy), GrammarOptions.of(options))
@@ -216,93 +215,58 @@ class CiteGenerator:
             self._decoder(request), self.decode, quotes=request.quotable_chars is not None
         )
 
+    def answer_batch(
+        self, requests: Sequence[GenerationRequest], *, batch_size: int = batch.DEFAULT_BATCH_SIZE
+    ) -> list[CitedAnswer]:
+        """The answers to many checked requests, in their order, decoded ``batch_size`` at once.
+
+        Requests may differ in sources, policy and grammar options: each row has its own grammar,
+        quote guard and evidence, and every answer is re-checked as ``answer`` does. Rows sharing
+        max_new_tokens, constrained and sampling settings share a batch, shortest prompts
+        together. Every row is checked before anything runs: one ``InvalidInputError`` names each
+        bad row (index and reason). Greedy answers match ``answer``'s up to floating point (a
+        padded batch may flip a near-tie); a seeded sample depends on its batch. The generator
+        is held for the whole call. Streams stay one at a time.
+        """
+        size = batch.check_batch_size(batch_size)
+        rows = batch.prepare_all(self, requests)
+        answers: dict[int, CitedAnswer] = {}
+        with self._lock:
+            for indices in batch.plan_batches(rows, size):
+                decoded = batch.decode(self, [rows[i] for i in indices])
+                for i, ids in zip(indices, decoded.ids, strict=True):
+                    answers[i] = batch.answer_of(self, rows[i], ids)
+        return [answers[i] for i in range(len(rows))]
+
+    def generate_batch(
+        self,
+        questions: Sequence[str],
+        sources: Sequence[Sequence[SourceLike]],
+        policy: Policy | str = Policy.REQUIRED,
+        *,
+        batch_size: int = batch.DEFAULT_BATCH_SIZE,
+        **options: Unpack[GenerationOptions],
+    ) -> list[CitedAnswer]:
+        """Answer ``questions[i]`` from ``sources[i]`` for every i, decoding ``batch_size`` at once.
+
+        The options are those of ``generate`` and apply to every row; ``answer_batch`` takes
+        requests that differ in them. All rows are checked first: one ``InvalidInputError``
+        names every row ``generate`` would refuse, and nothing runs.
+        """
+        size = batch.check_batch_size(batch_size)
+        requests = batch.build_requests(questions, sources, policy, options)
+        return self.answer_batch(requests, batch_size=size)
+
     def _decoder(self, request: GenerationRequest) -> _Decode:
         """Prepare one request (prompt ids, compiled grammar) and return what decodes it."""
-        prompt = request.prompt
-        if prompt is None:
-            prompt = render_prompt(request.messages(), self.tokenizer)
-        prompt_ids = self.tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
-        self._check_fits(request, int(prompt_ids.shape[1]))
-        compiled = (
-            self._compiled(request.n_sources, request.policy, request.grammar)
-            if request.constrained else None
-        )
+        row = batch.prepare(self, request)
 
         def decode(streamer: BaseStreamer | None, cancel: threading.Event | None) -> CitedAnswer:
             with self._lock:
-                generated = self._generate_ids(request, prompt_ids, compiled, streamer, cancel)
-            stopped = bool(generated) and generated[-1] in self._stop_ids
-            finish: FinishReason = "stop" if stopped else "length"
-            return cited_answer(
-                request, self.decode(generated), finish,
-                prompt_tokens=int(prompt_ids.shape[1]), generated_tokens=len(generated),
-            )
+                (ids,) = batch.decode(self, [row], streamer=streamer, cancel=cancel).ids
+            return batch.answer_of(self, row, ids)
 
         return decode
-
-    def _check_fits(self, request: GenerationRequest, prompt_tokens: int) -> None:
-        limit = self.context_length
-        if limit is None or prompt_tokens + request.max_new_tokens <= limit:
-            return
-        question_tokens = len(self.tokenizer(request.question, add_special_tokens=False).input_ids)
-        if question_tokens + request.max_new_tokens > limit // 2:
-            advice = "shorten the question, or lower max_new_tokens"
-        else:
-            advice = "pass fewer or shorter sources, or a smaller max_new_tokens"
-        raise PromptTooLongError(
-            f"the prompt is {prompt_tokens} tokens (the question {question_tokens}) and "
-            f"max_new_tokens is {request.max_new_tokens}, but the model's context holds "
-            f"{limit}; {advice}"
-        )
-
-    def _generate_ids(
-        self,
-        request: GenerationRequest,
-        prompt_ids: torch.Tensor,
-        compiled: xgr.CompiledGrammar | None,
-        streamer: BaseStreamer | None,
-        cancel: threading.Event | None,
-    ) -> list[int]:
-        processors = LogitsProcessorList()
-        if compiled is not None:
-            processors.append(GrammarLogitsProcessor(compiled))
-            if request.quotable_chars is not None:
-                guard = QuoteGuard(
-                    request.sources, self.vocab_index,
-                    min_quote_chars=request.grammar.min_quote_chars,
-                    quotable_chars=request.quotable_chars,
-                )
-                processors.append(QuoteLogitsProcessor(guard, self._stop_ids))
-            # Last: it only adds finite values, so whatever the masks removed stays removed.
-            if request.evidence is not None:
-                processors.append(EvidenceLogitsProcessor(
-                    request.evidence.bind(request.question, request.sources),
-                    request.evidence.weight, request.n_sources,
-                    IdTokens.of(self._tokenizer_info),
-                ))
-        stopping = StoppingCriteriaList([_Cancelled(cancel)] if cancel is not None else [])
-        sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": request.temperature, "top_k": 0, "top_p": 1.0}
-            if request.do_sample
-            else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
-        )
-        seeded = request.seed is not None
-        rng = torch.random.fork_rng(devices=[]) if seeded else contextlib.nullcontext()
-        with rng, torch.inference_mode():
-            if request.seed is not None:
-                torch.manual_seed(request.seed)
-            output = self.model.generate(
-                input_ids=prompt_ids.to(self.model.device),
-                attention_mask=torch.ones_like(prompt_ids).to(self.model.device),
-                max_new_tokens=request.max_new_tokens,
-                logits_processor=processors,
-                stopping_criteria=stopping,
-                eos_token_id=self._stop_ids,
-                pad_token_id=self._pad_id,
-                streamer=streamer,
-                **sampling,
-            )
-        return output[0, prompt_ids.shape[1]:].tolist()  # type: ignore[no-any-return]
 
     @property
     def vocab_index(self) -> VocabIndex:
@@ -391,15 +355,6 @@ class _QueueStreamer(BaseStreamer):
 
     def end(self) -> None:
         pass
-
-
-class _Cancelled(StoppingCriteria):
-    def __init__(self, event: threading.Event | None) -> None:
-        self._event = event
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **_: Any) -> Any:
-        stop = self._event is not None and self._event.is_set()
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
 def _stop_token_ids(model: Any, tokenizer: Any) -> list[int]:

@@ -1,7 +1,8 @@
 """Transformers logits processors: the grammar's mask, the quotes' mask, the evidence bias.
 
 The citation grammar's mask comes first, then the verbatim quotes' mask, then the evidence bias
-among the ids both allow.
+among the ids both allow. ``BatchLogitsProcessor`` does the same for every row of a left-padded
+batch, each row under its own grammar, quotes and evidence.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import re
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -57,11 +59,16 @@ class GrammarLogitsProcessor(LogitsProcessor):
 
     def accept(self, token_id: int) -> None:
         """Advance the grammar by one generated token, or raise if the grammar forbids it."""
-        if not self._matcher.accept_token(token_id):
-            raise GrammarViolationError(
-                f"token {token_id} was generated but the citation grammar forbids it here; "
-                "the logits were not masked (was this processor passed to generate()?)"
-            )
+        accept_token(self._matcher, token_id)
+
+
+def accept_token(matcher: xgr.GrammarMatcher, token_id: int) -> None:
+    """Advance ``matcher`` by one generated token, or raise if its grammar forbids the token."""
+    if not matcher.accept_token(token_id):
+        raise GrammarViolationError(
+            f"token {token_id} was generated but the citation grammar forbids it here; "
+            "the logits were not masked (was this processor passed to generate()?)"
+        )
 
 
 class QuoteLogitsProcessor(LogitsProcessor):
@@ -252,3 +259,103 @@ class EvidenceLogitsProcessor(LogitsProcessor):
                 key = spelled[:end]
                 best[key] = max(best.get(key, 0.0), shifted)
         return best
+
+
+@dataclass
+class RowConstraints:
+    """What constrains one sequence of a batch.
+
+    ``before`` and ``after`` hold ordinary single-sequence logits processors (the quote mask, the
+    evidence bias): each is called with this row's ids, left padding included, and its logits,
+    as ``generate`` calls it for a sequence alone.
+    """
+
+    matcher: xgr.GrammarMatcher | None = None
+    """The citation grammar's matcher (``None``: the row is unconstrained)."""
+
+    before: Sequence[LogitsProcessor] = ()
+    """Processors that see the row's logits before the grammar's mask."""
+
+    after: Sequence[LogitsProcessor] = ()
+    """Processors applied in order after the grammar's mask (quotes, then evidence)."""
+
+
+class BatchLogitsProcessor(LogitsProcessor):
+    """The masks and biases of a left-padded batch, each row under its own ``RowConstraints``.
+
+    At each step every row still generating moves its matcher past the token it just produced
+    (raising if the grammar forbids it); the matchers fill one bitmask, a row per sequence, in one
+    call, and it is applied once; each row's own processors act on its logits before and after.
+    A row that produced a stop token is finished: ``generate`` pads it from then on, and it is
+    never fed to its matcher or processors again, nor masked. One instance serves one
+    ``generate()`` call.
+    """
+
+    def __init__(
+        self,
+        rows: Sequence[RowConstraints],
+        *,
+        vocab_size: int,
+        stop_token_ids: Sequence[int],
+    ) -> None:
+        self._rows = list(rows)
+        self._stop = frozenset(stop_token_ids)
+        self._bitmask = xgr.allocate_token_bitmask(len(self._rows), vocab_size)
+        self._filler = xgr.BatchGrammarMatcher()
+        self._live = list(range(len(self._rows)))
+        self._started = False
+        self.seconds: list[float] = []
+        """Wall time of each step's work (grammar, masks, biases), in seconds."""
+
+    @property
+    def finished(self) -> list[bool]:
+        """Whether each row has produced a stop token."""
+        live = set(self._live)
+        return [row not in live for row in range(len(self._rows))]
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        started = time.perf_counter()
+        if input_ids.shape[0] != len(self._rows):
+            raise InvalidInputError(
+                f"BatchLogitsProcessor was built for {len(self._rows)} rows but generate() "
+                f"passed {input_ids.shape[0]}; build one processor per batch"
+            )
+        last: list[int] = input_ids[:, -1].tolist() if self._started else []
+        if self._started:
+            self._live = [i for i in self._live if last[i] not in self._stop]
+        for i in self._live:
+            self._run(self._rows[i].before, i, input_ids, scores)
+        grammars = [(i, m) for i in self._live if (m := self._rows[i].matcher) is not None]
+        if grammars:
+            if self._started:
+                for i, matcher in grammars:
+                    accept_token(matcher, last[i])
+            rows = [i for i, _ in grammars]
+            # One call fills every row (on several threads where the machine has them).
+            self._filler.batch_fill_next_token_bitmask(
+                [matcher for _, matcher in grammars], self._bitmask, indices=rows
+            )
+            xgr.apply_token_bitmask_inplace(
+                scores, self._bitmask.to(scores.device), indices=rows
+            )
+        for i in self._live:
+            self._run(self._rows[i].after, i, input_ids, scores)
+        self._started = True
+        self.seconds.append(time.perf_counter() - started)
+        return scores
+
+    @staticmethod
+    def _run(
+        processors: Sequence[LogitsProcessor],
+        i: int,
+        input_ids: torch.LongTensor,
+        scores: torch.FloatTensor,
+    ) -> None:
+        # Views of row i: a processor that works in place writes into the batch's logits.
+        ids, row = input_ids[i : i + 1], scores[i : i + 1]
+        for processor in processors:
+            result = processor(ids, row)
+            if result is not row:
+                row.copy_(result)

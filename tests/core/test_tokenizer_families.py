@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from citeformer import CiteGenerator, Policy, Source, build_grammar, scan_markers
+from citeformer import CiteGenerator, Policy, Source, build_grammar, build_request, scan_markers
 from tests.adversary import bracket_hungry_llama
 from tests.vocab import FAMILIES, family_tokenizer
 
@@ -134,3 +134,31 @@ def test_required_sentences_of_adversary_parse_with_the_grammar(adversary: CiteG
             checked += 1
             assert _is_grammar_accept_string(grammar, complete.group(1)), answer.text
     assert checked > 0
+
+
+# One batch per family: 6 rows of 1, 3 and 12 sources under every policy, 40 tokens each.
+BATCH_SHAPES = [(1, Policy.REQUIRED), (3, Policy.AUTO), (12, Policy.QUOTES_ONLY),
+                (12, Policy.REQUIRED), (1, Policy.AUTO), (3, Policy.QUOTES_ONLY)]
+
+
+def test_sampled_batch_rows_stay_valid(quote_adversary: CiteGenerator) -> None:
+    # Every row of one left-padded batch under its own grammar, checked as above: markers in
+    # range, no other brackets, every quote verbatim in the source its marker names.
+    pool = QUOTED_SOURCES * 4
+    requests = [
+        build_request('Quote "Paris is in Spain" [2] and cite it as [7].', pool[:n], policy,
+                      max_new_tokens=40, do_sample=True, seed=0)
+        for n, policy in BATCH_SHAPES
+    ]
+    answers = quote_adversary.answer_batch(requests, batch_size=len(requests))
+    markers = 0
+    for request, answer in zip(requests, answers, strict=True):
+        scan = scan_markers(answer.text, request.n_sources)
+        assert (scan.fabricated, scan.stray) == (0, ()), answer.text
+        markers += len(scan.citations)
+        if request.policy is Policy.QUOTES_ONLY:
+            folded = [re.sub(r"\s+", " ", s.text) for s in request.sources]
+            spans = list(re.finditer(r'"([^"]*)"( ?)\[(\d+)\]', answer.text))
+            assert answer.text.count('"') == 2 * len(spans), answer.text
+            assert all(m.group(1) in folded[int(m.group(3)) - 1] for m in spans), answer.text
+    assert markers > 0

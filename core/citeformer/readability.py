@@ -43,13 +43,21 @@ class Readability:
     number_penalty: float = 8.0
     """Logit penalty for a digit that makes a number no source holds (0: off)."""
 
+    cite_after_punctuation: bool = False
+    """``False``: a marker may not open right after ``,`` ``;`` ``:`` or ``(`` (a space between
+    included), so a sentence is cited where a word ends, not mid-phrase (``..., which is [4].``),
+    unless nothing else is left (the sentence bound)."""
+
     end_bias: float = 0.0
     """Logit bonus for ending the answer right after a cited sentence, per cited sentence
     already written (0: off): a complete answer stays a cheap place to stop."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.end_intent, bool):
-            raise InvalidInputError(f"end_intent must be True or False, got {self.end_intent!r}")
+        for flag in ("end_intent", "cite_after_punctuation"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidInputError(
+                    f"{flag} must be True or False, got {getattr(self, flag)!r}"
+                )
         if self.auto_cite_support is not None and not 0 <= self.auto_cite_support <= 1:
             raise InvalidInputError(
                 f"auto_cite_support must be between 0 and 1 or None, got "
@@ -71,6 +79,7 @@ class Readability:
 
 
 OFF = Readability(
-    end_intent=False, auto_cite_support=None, no_repeat_ngram=0, number_penalty=0.0, end_bias=0.0
+    end_intent=False, auto_cite_support=None, no_repeat_ngram=0, number_penalty=0.0,
+    cite_after_punctuation=True, end_bias=0.0,
 )
 """Every readability processor turned off."""

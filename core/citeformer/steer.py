@@ -37,6 +37,8 @@ class TokenClasses:
         texts = [decoded_vocab[i].decode("utf-8", errors="replace") for i in digit_ids.tolist()]
         self.digit_texts = texts
         """Their text."""
+        self.glued_openers = _ids(decoded_vocab, lambda raw: re.search(rb"[,;:(] ?\[", raw))
+        """Tokens that write a marker opener right after , ; : or ( themselves (``,[``)."""
         self.exempt = {
             token_id for token_id, raw in enumerate(decoded_vocab)
             if not raw or re.search(rb"[\[\]0-9]", raw)
@@ -135,6 +137,34 @@ class EndIntentProcessor(LogitsProcessor):
         if best <= self._threshold:
             return 0.0
         return p_end * min(1.0, (best - self._threshold) / (1 - self._threshold) * 2)
+
+
+class CiteAfterWordProcessor(LogitsProcessor):
+    """Keeps a marker from opening right after ``,`` ``;`` ``:`` or ``(``.
+
+    Only while another token remains, so the sentence is cited where a word ends.
+    """
+
+    def __init__(self, tokens: TokenClasses) -> None:
+        self._tokens = tokens
+        self._generated = bytearray()
+        self._started = False
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        if self._started:
+            self._generated += self._tokens.vocab[int(input_ids[0, -1])]
+        self._started = True
+        ids = [self._tokens.glued_openers]
+        if re.search(rb"[,;:(] ?$", self._generated):
+            ids.append(self._tokens.openers)
+        blocked = torch.cat(ids).to(scores.device)
+        kept = scores[0, blocked].clone()
+        scores[0, blocked] = float("-inf")
+        if not torch.isfinite(scores).any():
+            scores[0, blocked] = kept
+        return scores
 
 
 class RepeatBlockProcessor(LogitsProcessor):
@@ -263,6 +293,8 @@ def readability_processors(
             support = (evidence or LexicalEvidence()).bind(question, sources)
             threshold = settings.auto_cite_support
         after.append(EndIntentProcessor(raw, tokens, support=support, threshold=threshold))
+    if not settings.cite_after_punctuation:
+        after.append(CiteAfterWordProcessor(tokens))
     if settings.number_penalty:
         texts = [question, *(s.text for s in sources)]
         after.append(NumberCopyProcessor(tokens, texts, settings.number_penalty))

@@ -11,6 +11,7 @@ from citeformer import InvalidInputError, Source
 from citeformer.evidence import Support
 from citeformer.readability import OFF, Readability
 from citeformer.steer import (
+    CiteAfterWordProcessor,
     EndBiasProcessor,
     EndIntentProcessor,
     NumberCopyProcessor,
@@ -23,7 +24,7 @@ from citeformer.types import Policy
 
 VOCAB = [
     b"<eos>", b"Paris", b" is", b" [", b"[", b"1", b"]", b".", b".\n", b",", b" in", b"8",
-    b"9", b" 18", b"7", b"!", b" the",
+    b"9", b" 18", b"7", b"!", b" the", b" ",
 ]
 TOKEN = {raw.decode(): index for index, raw in enumerate(VOCAB)}
 TOKENS = TokenClasses(VOCAB)
@@ -136,6 +137,23 @@ def test_repeat_block_spares_markers_and_keeps_one_token() -> None:
     assert out[TOKEN[" the"]] == 1.0  # the only token left is kept
 
 
+@pytest.mark.parametrize(
+    ("answer", "blocked"),
+    [((" is", ","), True), ((" is", ",", " "), True), ((" is",), False), ((" the",), False)],
+)
+def test_no_marker_right_after_a_comma(answer: tuple[str, ...], blocked: bool) -> None:
+    out = feed(CiteAfterWordProcessor(TOKENS), answer, logits())
+    assert (out[TOKEN[" ["]] == NEG) is blocked
+    assert (out[TOKEN["["]] == NEG) is blocked
+
+
+def test_no_marker_after_a_comma_unless_nothing_else_is_left() -> None:
+    scores = torch.full((1, len(VOCAB)), NEG)
+    scores[0, TOKEN[" ["]] = 1.0  # the sentence bound: the grammar allows only a marker
+    out = feed(CiteAfterWordProcessor(TOKENS), (" is", ","), scores)
+    assert out[TOKEN[" ["]] == 1.0
+
+
 def test_number_copy_penalises_invented_digits() -> None:
     processor = NumberCopyProcessor(TOKENS, ["It was completed in 1889."], 8.0)
     out = feed(processor, (" in", " 18", "8"), logits())
@@ -169,7 +187,8 @@ def test_processors_of_a_call() -> None:
     )
     assert [type(p) for p in before] == [RawScores]
     assert [type(p).__name__ for p in after] == [
-        "EndIntentProcessor", "NumberCopyProcessor", "RepeatBlockProcessor", "EndBiasProcessor",
+        "EndIntentProcessor", "CiteAfterWordProcessor", "NumberCopyProcessor",
+        "RepeatBlockProcessor", "EndBiasProcessor",
     ]
     assert readability_processors(OFF, Policy.AUTO, "When?", sources, Info(), None) == ([], [])
 
@@ -182,6 +201,7 @@ def test_processors_of_a_call() -> None:
         ({"end_bias": float("nan")}, "end_bias must be a finite number"),
         ({"auto_cite_support": 2.0}, "auto_cite_support must be between 0 and 1"),
         ({"end_intent": 1}, "end_intent must be True or False"),
+        ({"cite_after_punctuation": "no"}, "cite_after_punctuation must be True or False"),
     ],
 )
 def test_bad_settings_are_named(options: dict[str, object], message: str) -> None:

@@ -1,0 +1,118 @@
+"""Readability levers side by side: each arm answers the same questions of one split of both sets.
+
+    python benchmarks/readability.py --split dev --arms plain default no-end-bias
+    python benchmarks/readability.py --split test --arms unconstrained plain default
+
+Arms are generation settings of the embedded model under one policy (``--policy``, REQUIRED by
+default): ``plain`` is the grammar and decoding before the readability levers (a cite-group may
+follow punctuation: no readability processor), ``default`` what ``generate`` does now, the others
+one lever changed from the default. Each arm's answers are measured with the benchmark's own
+metrics (``citebench.metrics``); the table and every answer go to
+``benchmarks/results/readability_<split>.json``. Greedy decoding, evidence ``"lexical"`` for all,
+decoded in batches (``CiteGenerator.answer_batch``; tokens/s is then per question of a batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from citebench.data import load_dataset  # noqa: E402
+from citebench.metrics import measure, summarize  # noqa: E402
+
+from citeformer import CiteGenerator, Policy, build_request  # noqa: E402
+from citeformer.readability import OFF, Readability  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT = Readability()
+
+ARMS: dict[str, dict[str, Any]] = {
+    "unconstrained": {"constrained": False},
+    "plain": {"readability": None},
+    "default": {},
+    "cite-after-punctuation": {"readability": replace(DEFAULT, cite_after_punctuation=True)},
+    "no-end-intent": {"readability": replace(DEFAULT, end_intent=False)},
+    "no-repeat-block": {"readability": replace(DEFAULT, no_repeat_ngram=0)},
+    "no-number-copy": {"readability": replace(DEFAULT, number_penalty=0.0)},
+    "no-end-bias": {"readability": replace(DEFAULT, end_bias=0.0)},
+    "end-bias-1": {"readability": replace(DEFAULT, end_bias=1.0)},
+    "end-bias-3": {"readability": replace(DEFAULT, end_bias=3.0)},
+    "repeat-4": {"readability": replace(DEFAULT, no_repeat_ngram=4)},
+    "period-only": {"sentence_ends": "."},
+    "off": {"readability": OFF},
+}
+
+COLUMNS = (
+    ("precision", "precision"), ("cites_gold", "cites gold"), ("correctness", "correct"),
+    ("finished", "finished"), ("repetition", "repeats"), ("after_punctuation", "after ,;:("),
+    ("after_dangling_word", "after the/of"), ("long_sentences", "at bound"),
+    ("coverage", "coverage"),
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--split", choices=("dev", "test"), default="dev")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=["plain", "default"])
+    parser.add_argument("--datasets", nargs="+", default=["technical", "encyclopedic"])
+    parser.add_argument("--policy", default="required")
+    parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--limit", type=int, default=None, help="questions per set (smoke run)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="rows decoded together (answer_batch); greedy answers as generate's")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    gen = CiteGenerator.default(progress=False)
+    policy = Policy.coerce(args.policy)
+    results: dict[str, Any] = {"split": args.split, "policy": policy.value,
+                               "max_new_tokens": args.max_new_tokens, "sets": {}}
+    for dataset in args.datasets:
+        items = [i for i in load_dataset(dataset) if i.split == args.split][: args.limit]
+        table: dict[str, Any] = {}
+        for arm in args.arms:
+            records = []
+            requests = [
+                build_request(item.question, item.sources(), policy,
+                              max_new_tokens=args.max_new_tokens, **ARMS[arm])
+                for item in items
+            ]
+            started = time.perf_counter()
+            answers = gen.answer_batch(requests, batch_size=args.batch_size)
+            seconds = (time.perf_counter() - started) / max(len(items), 1)
+            for item, answer in zip(items, answers, strict=True):
+                record = measure(item, answer.text, answer.finish_reason)
+                record.update(item=item.id, text=answer.text, error=None,
+                              generated_tokens=answer.generated_tokens, seconds=seconds)
+                records.append(record)
+            summary = summarize(records)
+            table[arm] = {"summary": summary, "records": records}
+            print(f"{dataset:12} {arm:16} " + "  ".join(
+                f"{label} {_value(summary[key])}" for key, label in COLUMNS
+            ) + f"  numbers-not-in-sources {summary['unsupported_numbers']}"
+              + f"  tok/s {summary['tokens_per_second'].get('median', 0):.1f}", flush=True)
+        results["sets"][dataset] = table
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"readability_{args.split}.json"
+    out.write_text(json.dumps(results, indent=1, default=str))
+    print(f"wrote {out}")
+
+
+def _value(rate: Any) -> str:
+    if isinstance(rate, dict) and rate.get("value") is not None:
+        return f"{rate['value']:.2f}"
+    return "-"
+
+
+if __name__ == "__main__":
+    main()

@@ -74,7 +74,26 @@ class RawScores(LogitsProcessor):
         return scores
 
 
-class EndIntentProcessor(LogitsProcessor):
+class _AnswerReader(LogitsProcessor):
+    """Base of the processors that read the answer so far.
+
+    ``generate`` calls them once on the prompt, then once per generated token, whose bytes
+    ``_read`` appends.
+    """
+
+    def __init__(self, vocab: Sequence[bytes]) -> None:
+        self._vocab = vocab
+        self._generated = bytearray()
+        self._started = False
+
+    def _read(self, input_ids: torch.LongTensor) -> bytearray:
+        if self._started:
+            self._generated += self._vocab[int(input_ids[0, -1])]
+        self._started = True
+        return self._generated
+
+
+class EndIntentProcessor(_AnswerReader):
     """Where the model wants to end a sentence the grammar does not let end, it opens a marker.
 
     Runs after every mask. ``raw`` holds the model's scores before the masks. When every
@@ -92,19 +111,16 @@ class EndIntentProcessor(LogitsProcessor):
         support: Support | None = None,
         threshold: float | None = None,
     ) -> None:
+        super().__init__(tokens.vocab)
         self._raw = raw
         self._tokens = tokens
         self._support = support
         self._threshold = threshold
-        self._generated = bytearray()
-        self._started = False
 
     def __call__(  # noqa: D102
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor
     ) -> torch.FloatTensor:
-        if self._started:
-            self._generated += self._tokens.vocab[int(input_ids[0, -1])]
-        self._started = True
+        self._read(input_ids)
         raw = self._raw.scores
         if raw is None:
             return scores
@@ -139,25 +155,21 @@ class EndIntentProcessor(LogitsProcessor):
         return p_end * min(1.0, (best - self._threshold) / (1 - self._threshold) * 2)
 
 
-class CiteAfterWordProcessor(LogitsProcessor):
+class CiteAfterWordProcessor(_AnswerReader):
     """Keeps a marker from opening right after ``,`` ``;`` ``:`` or ``(``.
 
     Only while another token remains, so the sentence is cited where a word ends.
     """
 
     def __init__(self, tokens: TokenClasses) -> None:
+        super().__init__(tokens.vocab)
         self._tokens = tokens
-        self._generated = bytearray()
-        self._started = False
 
     def __call__(  # noqa: D102
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor
     ) -> torch.FloatTensor:
-        if self._started:
-            self._generated += self._tokens.vocab[int(input_ids[0, -1])]
-        self._started = True
         ids = [self._tokens.glued_openers]
-        if re.search(rb"[,;:(] ?$", self._generated):
+        if re.search(rb"[,;:(] ?$", self._read(input_ids)):
             ids.append(self._tokens.openers)
         blocked = torch.cat(ids).to(scores.device)
         kept = scores[0, blocked].clone()
@@ -201,27 +213,23 @@ class RepeatBlockProcessor(LogitsProcessor):
         return scores
 
 
-class NumberCopyProcessor(LogitsProcessor):
+class NumberCopyProcessor(_AnswerReader):
     """Penalises digit tokens that write a number no source holds (outside markers)."""
 
     def __init__(
         self, tokens: TokenClasses, texts: Sequence[str], penalty: float
     ) -> None:
+        super().__init__(tokens.vocab)
         self._tokens = tokens
         self._penalty = penalty
         numbers = {m.group(0) for text in texts for m in _NUMBER.finditer(text)}
         self._prefixes = {n[:i] for n in numbers for i in range(1, len(n) + 1)}
         self._numbers = numbers
-        self._generated = bytearray()
-        self._started = False
 
     def __call__(  # noqa: D102
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor
     ) -> torch.FloatTensor:
-        if self._started:
-            self._generated += self._tokens.vocab[int(input_ids[0, -1])]
-        self._started = True
-        text = self._generated.decode("utf-8", errors="replace")
+        text = self._read(input_ids).decode("utf-8", errors="replace")
         if text.rfind("[") > text.rfind("]"):
             return scores  # inside a marker: the grammar chooses its digits
         run = _trailing_number(text)
@@ -244,23 +252,18 @@ class NumberCopyProcessor(LogitsProcessor):
         return scores
 
 
-class EndBiasProcessor(LogitsProcessor):
+class EndBiasProcessor(_AnswerReader):
     """Raises the end-of-answer tokens right after a cited sentence, more with each one."""
 
     def __init__(self, vocab: Sequence[bytes], stop_ids: Sequence[int], bias: float) -> None:
-        self._vocab = vocab
+        super().__init__(vocab)
         self._stop = torch.tensor(list(stop_ids), dtype=torch.long)
         self._bias = bias
-        self._generated = bytearray()
-        self._started = False
 
     def __call__(  # noqa: D102
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor
     ) -> torch.FloatTensor:
-        if self._started:
-            self._generated += self._vocab[int(input_ids[0, -1])]
-        self._started = True
-        text = self._generated.decode("utf-8", errors="replace").rstrip()
+        text = self._read(input_ids).decode("utf-8", errors="replace").rstrip()
         if re.search(r"\]\s*[.!?]$", text):
             cited = len(re.findall(r"\]\s*[.!?](?:\s|$)", text))
             scores[0, self._stop.to(scores.device)] += self._bias * cited

@@ -7,6 +7,7 @@ from citeformer_langchain.answer import (
     DocumentCitation,
     DocumentQuote,
 )
+from citeformer_langchain.conversation import StandaloneQuestion
 from citeformer_langchain.embeddings import MiniLMEmbeddings
 from citeformer_langchain.inputs import CitationInput
 from citeformer_langchain.render import render_markdown
@@ -20,5 +21,6 @@ __all__ = [
     "DocumentCitation",
     "DocumentQuote",
     "MiniLMEmbeddings",
+    "StandaloneQuestion",
     "render_markdown",
 ]

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.documents import Document
+from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, ConfigDict, Field
 
 from citeformer.types import TITLE_KEYS, title_from
@@ -23,7 +24,12 @@ QUESTION_KEYS = ("question", "input")
 DOCUMENT_KEYS = ("context", "documents")
 """Where the retrieved documents may be, first match wins."""
 
-"""Metadata keys a document's title is taken from: the first whose value is not blank."""
+HISTORY_KEYS = ("chat_history", "history")
+"""Where the earlier turns of a conversation may be, first match wins (the keys
+``create_history_aware_retriever`` and ``RunnableWithMessageHistory`` examples use)."""
+
+_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant"}
+"""Roles of the history and the core's role for each (LangChain's aliases included)."""
 
 EmptySources = Literal["drop", "raise"]
 """What to do with a document whose ``page_content`` is blank: leave it out (logged) or raise."""
@@ -31,8 +37,8 @@ EmptySources = Literal["drop", "raise"]
 
 class CitationInput(BaseModel):
     """The input dict: a question under ``question`` or ``input``, documents under ``context`` or
-    ``documents``. Other keys (``chat_history``, ...) are allowed and ignored, so the output of an
-    existing retrieval step can be passed as it is.
+    ``documents``, earlier turns under ``chat_history`` (or ``history``). Other keys are allowed
+    and ignored, so the output of an existing retrieval step can be passed as it is.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -49,6 +55,13 @@ class CitationInput(BaseModel):
     )
     documents: list[Document] | None = Field(
         default=None, description="The retrieved documents, when there is no 'context' key."
+    )
+    chat_history: list[BaseMessage | tuple[str, str]] | None = Field(
+        default=None,
+        description=(
+            "Earlier turns: HumanMessage/AIMessage, or ('user' | 'assistant', text) pairs; "
+            "shown before this turn's documents, without their citation markers."
+        ),
     )
 
 
@@ -71,6 +84,9 @@ def to_request(
 
     question, question_key, documents, documents_key = read_input(value)
     kept = _with_text(documents, documents_key, title_keys, empty_sources)
+    history = read_history(value)
+    if history:
+        options = {**options, "history": history}
     try:
         request = build_request(question, to_sources(kept, title_keys), policy, **options)
     except EmptyQuestionError as error:
@@ -125,6 +141,64 @@ def read_input(value: object) -> tuple[Any, str, list[Document], str]:
                 "Document(page_content=text)"
             )
     return value[question_key], question_key, list(documents), documents_key
+
+
+def read_history(value: object) -> list[tuple[str, str]]:
+    """The earlier turns of the input as ``(role, text)`` pairs; ``[]`` when there are none.
+
+    A history is a list of ``HumanMessage``/``AIMessage`` (or ``ChatMessage`` with such a role)
+    or of ``(role, text)`` pairs, role ``"user"``/``"human"`` or ``"assistant"``/``"ai"``.
+    Raises ``InputTypeError`` for anything else, ``InvalidInputError`` for a system or tool
+    message and for a turn without text, naming the turn.
+    """
+    if not isinstance(value, Mapping):
+        return []
+    key = next((k for k in HISTORY_KEYS if k in value), None)
+    if key is None or value[key] is None:
+        return []
+    return to_turns(value[key], f"input[{key!r}]")
+
+
+def to_turns(history: object, where: str = "chat_history") -> list[tuple[str, str]]:
+    """``history`` (LangChain messages or ``(role, text)`` pairs) as the core's turns."""
+    from citeformer.errors import InputTypeError, InvalidInputError
+
+    if isinstance(history, (str, bytes, Mapping, BaseMessage)) or not isinstance(
+        history, Sequence
+    ):
+        raise InputTypeError(
+            f"{where} must be a list of HumanMessage/AIMessage or of (role, text) pairs, got "
+            f"{type(history).__name__} {_short(history)}"
+        )
+    turns = []
+    for index, turn in enumerate(history):
+        if isinstance(turn, BaseMessage):
+            kind = turn.role if turn.type == "chat" else turn.type  # type: ignore[attr-defined]
+            text: object = str(turn.text)
+        elif isinstance(turn, (tuple, list)) and len(turn) == 2:
+            kind, text = turn
+        else:
+            raise InputTypeError(
+                f"{where}[{index}] is a {type(turn).__name__} {_short(turn)}; a turn is a "
+                "HumanMessage, an AIMessage or a (role, text) pair"
+            )
+        role = _ROLES.get(str(kind).lower()) if isinstance(kind, str) else None
+        if role is None:
+            advice = (
+                "the citation instructions are the one system message: pass instructions= to "
+                "replace them, and leave system messages out of the history"
+                if kind == "system" else "keep only the user's and the assistant's turns"
+            )
+            raise InvalidInputError(
+                f"{where}[{index}] is a {kind!r} turn; a history holds 'user' (human) and "
+                f"'assistant' (ai) turns only: {advice}"
+            )
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError(
+                f"{where}[{index}] ({role}) has no text ({_short(text)}); drop empty turns"
+            )
+        turns.append((role, text))
+    return turns
 
 
 def document_title(document: Document, title_keys: Sequence[str] = TITLE_KEYS) -> str | None:

@@ -11,12 +11,13 @@ from typing import Any, Protocol, cast
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import RetrieverLike
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import get_config_list, run_in_executor
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic.json_schema import SkipJsonSchema
 from typing_extensions import override
 
+from citeformer.conversation import DEFAULT_CONDENSE_TOKENS
 from citeformer.evidence import Evidence
 from citeformer.request import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -24,16 +25,14 @@ from citeformer.request import (
     GENERATOR_DEFAULT,
     GenerationRequest,
 )
-from citeformer.types import AnswerGenerator, AsyncAnswerChunks, AsyncAnswerGenerator
+from citeformer.types import TITLE_KEYS, AsyncAnswerChunks, AsyncAnswerGenerator
 from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk
 from citeformer_langchain.inputs import (
-    TITLE_KEYS,
     CitationInput,
     EmptySources,
     to_request,
 )
-
-"""``evidence`` left to the generator: ``"lexical"`` in this process, none on a server."""
+from citeformer_langchain.models import GeneratorStep
 
 _OPTIONS = (
     "policy", "max_new_tokens", "do_sample", "temperature", "seed", "instructions", "evidence",
@@ -42,7 +41,7 @@ _OPTIONS = (
 _DONE = object()
 
 
-class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
+class CitationRunnable(GeneratorStep[dict[str, Any], CitationAnswer]):
     """Answers a question from retrieved ``Document``s; every ``[N]`` marker in the answer
     points at the N-th Document the model was shown (1-based), because a grammar masks any other
     number.
@@ -51,6 +50,15 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
     Documents under ``"context"`` (or ``"documents"``); other keys are ignored. The output is a
     ``CitationAnswer``: ``.text``, ``.citations`` (``source_id``, ``start``, ``end``,
     ``document``), ``.documents`` and ``.to_dict()``.
+
+    In a conversation the earlier turns go under ``"chat_history"``: ``HumanMessage`` and
+    ``AIMessage``s (what ``RunnableWithMessageHistory`` passes with
+    ``history_messages_key="chat_history"``) or ``("user" | "assistant", text)`` pairs. The
+    model sees them before this turn's Documents, without their citation markers (they numbered
+    the Documents of their own turn), and the grammar allows only this turn's numbers. A
+    ``SystemMessage`` (or a tool message) in the history is refused: the citation instructions
+    are the one system message, and ``instructions=`` replaces them.
+    ``CitationRunnable.conversational(retriever)`` builds the whole history-aware chain.
 
     Documents become citeformer Sources in order. A source's title is the first non-blank of the
     document's metadata ``title_keys`` (``title``, then ``file_name``, then ``source``).
@@ -73,6 +81,9 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             from citeformer_langchain import CitationRunnable
 
             cite = CitationRunnable()  # the embedded SmolLM2-135M, loaded on first use
+            cite = CitationRunnable(llm=HuggingFacePipeline(pipeline=pipe))  # your own model
+            cite = CitationRunnable(llm=ChatOpenAI(base_url="http://vllm:8000/v1", model=name),
+                                    engine="vllm")  # your own served model
             cite = CitationRunnable(generator=CiteGenerator.from_pretrained(name),
                                     policy="auto", max_new_tokens=96, evidence="embedding")
             cite = CitationRunnable(generator=ServerGenerator("http://vllm:8000", engine="vllm"))
@@ -113,14 +124,14 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
     ``batch``/``abatch`` run one generation after another (one model, one answer per input); with
     an async generator (a ``ServerGenerator``) they send the requests side by side, for the
     server to batch.
+
+    ``llm=`` takes your own LangChain model as it is: a ``HuggingFacePipeline`` or a
+    ``ChatHuggingFace`` over one (a ``CiteGenerator`` over its model and tokenizer), or a
+    ``ChatOpenAI``/``OpenAI`` with a ``base_url`` and ``engine=`` (a ``ServerGenerator`` on that
+    server, with the model's name, API key, headers, timeout and retries). Any other model, a
+    misspelt keyword, or an OpenAI model without a ``base_url`` (OpenAI's own API takes no
+    grammar) is refused here, at construction.
     """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    generator: SkipJsonSchema[AnswerGenerator | None] = Field(default=None, exclude=True)
-    """A ``citeformer.CiteGenerator``, a ``citeformer.ServerGenerator`` (a llama.cpp, vLLM or
-    SGLang server), or any ``citeformer.AnswerGenerator`` (``answer``/``answer_stream``);
-    ``None`` uses the embedded default model, loaded once per process on first use."""
 
     policy: str = DEFAULT_POLICY.value
     """Where markers are required: ``"required"`` (every sentence), ``"quotes_only"`` or
@@ -166,21 +177,6 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
 
         return Policy.coerce(value).value  # type: ignore[arg-type]
 
-    @field_validator("generator", mode="before")
-    @classmethod
-    def _check_generator(cls, value: object) -> object:
-        if value is not None and not isinstance(value, AnswerGenerator):
-            from citeformer.errors import InputTypeError
-
-            missing = [m for m in ("answer", "answer_stream") if not hasattr(value, m)]
-            raise InputTypeError(
-                f"generator must be a citeformer.CiteGenerator, a ServerGenerator or another "
-                f"AnswerGenerator (or None for the embedded model); got {_short(value)} of "
-                f"type {type(value).__name__}, which has no "
-                f"{' or '.join(f'{m}()' for m in missing) or 'callable answer()'}"
-            )
-        return value
-
     @field_validator("evidence")
     @classmethod
     def _check_evidence(cls, value: Evidence | str | None) -> Evidence | str | None:
@@ -211,6 +207,38 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
 
         step = {"context": retriever, "question": RunnablePassthrough()} | cls(**fields)
         return step.with_config(run_name="citation_chain")
+
+    @classmethod
+    def conversational(
+        cls,
+        retriever: RetrieverLike,
+        *,
+        condense_tokens: int = DEFAULT_CONDENSE_TOKENS,
+        **fields: Any,
+    ) -> Runnable[dict[str, Any], dict[str, Any]]:
+        """The history-aware chain: condense the follow-up, retrieve with it, answer with citations.
+
+        Takes ``{"question": str, "chat_history": [...]}`` and returns that dict with
+        ``"standalone_question"`` (what the retriever got), ``"context"`` (the documents it
+        returned), ``"cited_answer"`` (the ``CitationAnswer``) and ``"answer"`` (its text, the
+        key to give ``RunnableWithMessageHistory`` as ``output_messages_key``). The follow-up as
+        asked is answered, with the history shown; the standalone question is written by the
+        same model without the grammar (``StandaloneQuestion``, at most ``condense_tokens``
+        tokens). ``fields`` are ``CitationRunnable``'s; one generator serves both steps.
+
+        .. code-block:: python
+
+            chat = RunnableWithMessageHistory(
+                CitationRunnable.conversational(retriever, llm=pipeline_llm),
+                get_session_history, input_messages_key="question",
+                history_messages_key="chat_history", output_messages_key="answer",
+            )
+            chat.invoke({"question": "When was it finished?"},
+                        config={"configurable": {"session_id": "s1"}})["answer"]
+        """
+        from citeformer_langchain.conversation import conversational_chain
+
+        return conversational_chain(cls(**fields), retriever, condense_tokens=condense_tokens)
 
     @override
     def get_input_schema(self, config: RunnableConfig | None = None) -> type[CitationInput]:
@@ -369,24 +397,13 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
             title_keys=self.title_keys, empty_sources=self.empty_sources,
         )
 
-    def _served(self) -> bool:
-        # An async generator (ServerGenerator) is awaited, and answers many requests at once.
-        return isinstance(self.generator, AsyncAnswerGenerator)
-
-    def _generator(self) -> AnswerGenerator:
-        if self.generator is not None:
-            return self.generator
-        from citeformer import CiteGenerator
-
-        return CiteGenerator.default()
-
     def _generate(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
         request, documents = self._request(input, options)
         answer = self._generator().answer(request)
         return CitationAnswer.from_cited_answer(answer, documents)
 
     async def _agenerate(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
-        generator = self.generator
+        generator = self.resolved_generator
         if isinstance(generator, AsyncAnswerGenerator):
             request, documents = self._request(input, options)
             answer = await generator.aanswer(request)
@@ -423,7 +440,7 @@ class CitationRunnable(RunnableSerializable[dict[str, Any], CitationAnswer]):
 
     async def _chunk_source(self, inputs: AsyncIterator[Any], options: dict[str, Any]) -> _Source:
         input_ = await anext(inputs)  # astream() passes exactly one input
-        generator = self.generator
+        generator = self.resolved_generator
         if isinstance(generator, AsyncAnswerGenerator):
             request, documents = self._request(input_, options)
             return _AwaitedChunks(generator.aanswer_stream(request), documents)
@@ -537,8 +554,3 @@ class _ThreadedChunks:
     def _close(self) -> None:
         with self._lock:
             self._chunks.close()
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."

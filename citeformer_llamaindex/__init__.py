@@ -1,7 +1,10 @@
-"""LlamaIndex integration: a response synthesizer whose citations cannot be fabricated."""
+"""LlamaIndex integration: a response synthesizer and a chat engine whose citations cannot be
+fabricated, and the same model as a plain LLM for the rest of an app."""
 
+from citeformer_llamaindex.chat_engine import CitationChatEngine, CitationStreamingChatResponse
 from citeformer_llamaindex.embeddings import MiniLMEmbedding
 from citeformer_llamaindex.llm import CiteformerLLM
+from citeformer_llamaindex.local_llm import LocalLLM
 from citeformer_llamaindex.splitting import PARENT_END_KEY, PARENT_START_KEY, CitationChunker
 from citeformer_llamaindex.synthesizer import INSTRUCTIONS_PROMPT_KEY, CitationSynthesizer
 
@@ -9,8 +12,11 @@ __all__ = [
     "INSTRUCTIONS_PROMPT_KEY",
     "PARENT_END_KEY",
     "PARENT_START_KEY",
+    "CitationChatEngine",
     "CitationChunker",
+    "CitationStreamingChatResponse",
     "CitationSynthesizer",
     "CiteformerLLM",
+    "LocalLLM",
     "MiniLMEmbedding",
 ]

@@ -29,7 +29,8 @@ class CiteformerLLM(CustomLLM):
     runs. Passing this LLM (``CitationSynthesizer.llm``) avoids that. A
     ``CitationSynthesizer`` answers from the generator directly and never calls it; a component
     that does call it (a query transform, a chat engine's condense step) gets a clear error
-    instead of made-up text, since citeformer only generates answers from numbered sources.
+    instead of made-up text. For a component that needs a real LLM, use ``LocalLLM``: the same
+    model writing free text, without citations.
 
     Instantiate::
 

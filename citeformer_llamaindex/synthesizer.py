@@ -29,6 +29,7 @@ from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.response_synthesizers.base import BaseSynthesizer, QueryTextType
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index.core.types import RESPONSE_TEXT_TYPE
+from typing_extensions import Never
 
 from citeformer.errors import (
     EmptySourceError,
@@ -66,10 +67,6 @@ logger = logging.getLogger(__name__)
 
 INSTRUCTIONS_PROMPT_KEY = "instructions"
 """The key of the instruction prompt in ``get_prompts()`` / ``update_prompts()``."""
-
-"""Metadata keys a node's title is taken from: the first whose value is not blank."""
-
-"""``evidence`` left to the generator: ``"lexical"`` in this process, none on a server."""
 
 EmptySources = Literal["drop", "raise"]
 """What to do with a node whose text is blank: leave it out (logged) or raise."""
@@ -131,6 +128,9 @@ class CitationSynthesizer(BaseSynthesizer):
                                           max_new_tokens=96, citation_chunk_size=128)
         synthesizer = CitationSynthesizer(ServerGenerator("http://vllm:8000", engine="vllm"))
         synthesizer = CitationSynthesizer(FakeGenerator())     # citeformer.testing, for tests
+        synthesizer = CitationSynthesizer(llm=HuggingFaceLLM(model=model, tokenizer=tokenizer))
+        synthesizer = CitationSynthesizer(                     # your own LLM, as it is
+            llm=OpenAILike(api_base="http://vllm:8000/v1", model=name), engine="vllm")
 
     Query (no OpenAI needed: ``llm=synthesizer.llm`` stops LlamaIndex resolving ``Settings.llm``)::
 
@@ -159,6 +159,9 @@ class CitationSynthesizer(BaseSynthesizer):
     A generator with ``aanswer``/``aanswer_stream`` (``ServerGenerator``, ``FakeGenerator``) is
     awaited; a model in this process generates in a worker thread, off the event loop.
 
+    Conversations: ``CitationChatEngine`` answers each turn with a synthesizer, passing the
+    earlier turns as ``synthesize(..., history=[(role, text), ...])``.
+
     Customise the instructions::
 
         engine.update_prompts({"response_synthesizer:instructions": PromptTemplate("...")})
@@ -168,6 +171,9 @@ class CitationSynthesizer(BaseSynthesizer):
         self,
         generator: AnswerGenerator | None = None,
         *,
+        llm: Any = None,
+        engine: str | None = None,
+        server_options: Mapping[str, Any] | None = None,
         policy: Policy | str = DEFAULT_POLICY,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         # The request's own defaults, so that the synthesizer and the core cannot drift apart.
@@ -187,10 +193,19 @@ class CitationSynthesizer(BaseSynthesizer):
         streaming: bool = False,
         callback_manager: CallbackManager | None = None,
         empty_response: str | None = None,
+        **unknown: Never,
     ) -> None:
         """Wrap ``generator``: a ``CiteGenerator``, a ``ServerGenerator`` (a llama.cpp, vLLM or
         SGLang server) or any ``citeformer.AnswerGenerator``; ``None`` is the embedded default
         model, loaded on first use.
+
+        ``llm`` takes your own LlamaIndex LLM instead, as it is: a ``HuggingFaceLLM`` (a
+        ``CiteGenerator`` over its model and tokenizer), or an ``OpenAILike``/``OpenAI`` whose
+        ``api_base`` is a llama.cpp, vLLM or SGLang server, with ``engine=`` naming which (a
+        ``ServerGenerator`` with the LLM's model name, API key, headers, timeout and retries;
+        ``server_options`` adds or overrides ``ServerGenerator`` keywords). Any other LLM, an
+        OpenAI LLM on OpenAI's own API (which takes no grammar), or a misspelt keyword is
+        refused here, at construction.
 
         ``policy``, ``max_new_tokens``, ``do_sample``, ``temperature``, ``seed``, ``evidence``
         and ``grammar_options`` (``max_sentence_words=...`` and the other ``build_grammar``
@@ -205,6 +220,8 @@ class CitationSynthesizer(BaseSynthesizer):
         as its title. ``empty_sources`` says what a node with blank text does: ``"drop"``
         (logged) or ``"raise"``; ``empty_nodes`` is its former, deprecated name.
         """
+        if unknown:
+            raise InputTypeError(_unknown_message(sorted(unknown)))
         if generator is not None and not isinstance(generator, AnswerGenerator):
             missing = [m for m in ("answer", "answer_stream") if not hasattr(generator, m)]
             raise InputTypeError(
@@ -213,6 +230,7 @@ class CitationSynthesizer(BaseSynthesizer):
                 f"type {type(generator).__name__}, which has no "
                 f"{' or '.join(f'{m}()' for m in missing) or 'callable answer()'}"
             )
+        generator = _generator_of(generator, llm, engine, server_options)
         self._empty_sources = _empty_sources_of(empty_sources, empty_nodes)
         if citation_chunk_size is not None and (
             isinstance(citation_chunk_size, bool)
@@ -336,15 +354,24 @@ class CitationSynthesizer(BaseSynthesizer):
         query: QueryTextType,
         nodes: list[NodeWithScore],
         additional_source_nodes: Sequence[NodeWithScore] | None = None,
+        *,
+        history: Sequence[tuple[str, str]] = (),
+        streaming: bool | None = None,
         **response_kwargs: Any,
     ) -> RESPONSE_TYPE:
-        """Answer ``query`` from ``nodes``; ``[N]`` in the answer is ``source_nodes[N - 1]``."""
+        """Answer ``query`` from ``nodes``; ``[N]`` in the answer is ``source_nodes[N - 1]``.
+
+        ``history``: the earlier turns of a conversation, ``("user" | "assistant", text)`` pairs,
+        shown before the nodes without their citation markers (``CitationChatEngine`` passes
+        them). ``streaming`` overrides the synthesizer's own setting for this call.
+        """
         # The events, the empty case and the callback event mirror BaseSynthesizer.synthesize;
         # only the response is built here, because its source nodes are the cited nodes.
         dispatcher.event(SynthesizeStartEvent(query=query))
+        streaming = self._streaming if streaming is None else streaming
         cited = self._cited_nodes(nodes)
         if not cited:
-            return self._empty(query, StreamingResponse)
+            return self._empty(query, StreamingResponse, streaming)
         if isinstance(query, str):
             query = QueryBundle(query_str=query)
         with self._callback_manager.event(
@@ -354,17 +381,17 @@ class CitationSynthesizer(BaseSynthesizer):
             source_nodes = cited + list(additional_source_nodes or [])
             metadata = self._get_metadata_for_response([n.node for n in source_nodes]) or {}
             response: RESPONSE_TYPE
-            if self._streaming:
-                stream = self._stream(query.query_str, sources, cited)
-                streaming = StreamingResponse(
+            if streaming:
+                stream = self._stream(query.query_str, sources, cited, history)
+                streamed = StreamingResponse(
                     response_gen=_no_sync_chunks(), source_nodes=source_nodes, metadata=metadata
                 )
-                streaming.response_gen = _sync_chunks(
-                    stream, on_end=self._finisher(streaming, metadata, cited)
+                streamed.response_gen = _sync_chunks(
+                    stream, on_end=self._finisher(streamed, metadata, cited)
                 )
-                response = streaming
+                response = streamed
             else:
-                answer = self._generate(query.query_str, sources, cited)
+                answer = self._generate(query.query_str, sources, cited, history)
                 metadata.update(self._answer_metadata(answer, cited))
                 response = Response(answer.text, source_nodes=source_nodes, metadata=metadata)
             event.on_end(payload={EventPayload.RESPONSE: response})
@@ -377,14 +404,18 @@ class CitationSynthesizer(BaseSynthesizer):
         query: QueryTextType,
         nodes: list[NodeWithScore],
         additional_source_nodes: Sequence[NodeWithScore] | None = None,
+        *,
+        history: Sequence[tuple[str, str]] = (),
+        streaming: bool | None = None,
         **response_kwargs: Any,
     ) -> RESPONSE_TYPE:
         """Async ``synthesize``: an in-process generation runs in a worker thread, off the event
         loop; an async generator (``ServerGenerator``) is awaited."""
         dispatcher.event(SynthesizeStartEvent(query=query))
+        streaming = self._streaming if streaming is None else streaming
         cited = self._cited_nodes(nodes)
         if not cited:
-            return self._empty(query, AsyncStreamingResponse)
+            return self._empty(query, AsyncStreamingResponse, streaming)
         if isinstance(query, str):
             query = QueryBundle(query_str=query)
         with self._callback_manager.event(
@@ -394,17 +425,17 @@ class CitationSynthesizer(BaseSynthesizer):
             source_nodes = cited + list(additional_source_nodes or [])
             metadata = self._get_metadata_for_response([n.node for n in source_nodes]) or {}
             response: RESPONSE_TYPE
-            if self._streaming:
-                streaming = AsyncStreamingResponse(
+            if streaming:
+                streamed = AsyncStreamingResponse(
                     response_gen=_no_chunks(), source_nodes=source_nodes, metadata=metadata
                 )
-                streaming.response_gen = await self._astream(
-                    query.query_str, sources, cited,
-                    on_end=self._finisher(streaming, metadata, cited),
+                streamed.response_gen = await self._astream(
+                    query.query_str, sources, cited, history,
+                    on_end=self._finisher(streamed, metadata, cited),
                 )
-                response = streaming
+                response = streamed
             else:
-                answer = await self._agenerate(query.query_str, sources, cited)
+                answer = await self._agenerate(query.query_str, sources, cited, history)
                 metadata.update(self._answer_metadata(answer, cited))
                 response = Response(answer.text, source_nodes=source_nodes, metadata=metadata)
             event.on_end(payload={EventPayload.RESPONSE: response})
@@ -476,9 +507,9 @@ class CitationSynthesizer(BaseSynthesizer):
 
         return finish
 
-    def _empty(self, query: QueryTextType, stream_type: type) -> RESPONSE_TYPE:
+    def _empty(self, query: QueryTextType, stream_type: type, streaming: bool) -> RESPONSE_TYPE:
         response: RESPONSE_TYPE
-        if not self._streaming:
+        if not streaming:
             response = Response(self._empty_response)
         elif stream_type is AsyncStreamingResponse:
             response = AsyncStreamingResponse(response_gen=self._empty_response_agenerator())
@@ -489,36 +520,55 @@ class CitationSynthesizer(BaseSynthesizer):
 
     # -- generation ----------------------------------------------------------------------------
 
-    def _request(self, question: str, sources: Sequence[Source]) -> GenerationRequest:
+    def _request(
+        self,
+        question: str,
+        sources: Sequence[Source],
+        history: Sequence[tuple[str, str]] = (),
+    ) -> GenerationRequest:
         options = dict(self._options)
+        if history:
+            options["history"] = history
         if self._instructions is not None:
             # Only custom instructions are passed: otherwise the core uses the policy's own.
             options["instructions"] = self._instructions.format()
         return build_request(question, sources, self._policy, **options)
 
     def _generate(
-        self, question: str, sources: Sequence[Source], nodes: Sequence[NodeWithScore] = ()
+        self,
+        question: str,
+        sources: Sequence[Source],
+        nodes: Sequence[NodeWithScore] = (),
+        history: Sequence[tuple[str, str]] = (),
     ) -> CitedAnswer:
-        request = self._request(question, sources)
+        request = self._request(question, sources, history)
         with self._explained(request, nodes):
             return self.generator.answer(request)
 
     def _stream(
-        self, question: str, sources: Sequence[Source], nodes: Sequence[NodeWithScore] = ()
+        self,
+        question: str,
+        sources: Sequence[Source],
+        nodes: Sequence[NodeWithScore] = (),
+        history: Sequence[tuple[str, str]] = (),
     ) -> AnswerChunks:
-        request = self._request(question, sources)
+        request = self._request(question, sources, history)
         with self._explained(request, nodes):
             return self.generator.answer_stream(request)
 
     async def _agenerate(
-        self, question: str, sources: Sequence[Source], nodes: Sequence[NodeWithScore] = ()
+        self,
+        question: str,
+        sources: Sequence[Source],
+        nodes: Sequence[NodeWithScore] = (),
+        history: Sequence[tuple[str, str]] = (),
     ) -> CitedAnswer:
         generator = self._generator
         if not isinstance(generator, AsyncAnswerGenerator):
             # In-process generation (and loading the default model) blocks for seconds: off the
             # event loop.
-            return await asyncio.to_thread(self._generate, question, sources, nodes)
-        request = self._request(question, sources)
+            return await asyncio.to_thread(self._generate, question, sources, nodes, history)
+        request = self._request(question, sources, history)
         with self._explained(request, nodes):
             return await generator.aanswer(request)
 
@@ -527,6 +577,7 @@ class CitationSynthesizer(BaseSynthesizer):
         question: str,
         sources: Sequence[Source],
         nodes: Sequence[NodeWithScore] = (),
+        history: Sequence[tuple[str, str]] = (),
         *,
         on_end: Callable[[CitedAnswer], None] | None,
     ) -> AsyncGenerator[str, None]:
@@ -534,9 +585,9 @@ class CitationSynthesizer(BaseSynthesizer):
         if not isinstance(generator, AsyncAnswerGenerator):
             # Preparing an in-process stream tokenizes the prompt and may compile a grammar:
             # off the loop too.
-            stream = await asyncio.to_thread(self._stream, question, sources, nodes)
+            stream = await asyncio.to_thread(self._stream, question, sources, nodes, history)
             return _async_chunks(stream, on_end=on_end)
-        request = self._request(question, sources)
+        request = self._request(question, sources, history)
         with self._explained(request, nodes):
             return _native_async_chunks(generator.aanswer_stream(request), on_end=on_end)
 
@@ -578,6 +629,48 @@ def metadata_title(
 ) -> str | None:
     """The first non-blank value among ``metadata``'s ``title_keys`` (white space folded)."""
     return title_from(metadata, title_keys)
+
+
+def _generator_of(
+    generator: AnswerGenerator | None,
+    llm: Any,
+    engine: str | None,
+    server_options: Mapping[str, Any] | None,
+) -> AnswerGenerator | None:
+    if llm is None:
+        if engine is not None or server_options:
+            raise InvalidInputError(
+                "engine= and server_options= describe the server of an OpenAI-compatible llm=; "
+                "without llm= they do nothing. Build a citeformer.ServerGenerator and pass it "
+                "as the generator instead"
+            )
+        return generator
+    if generator is not None:
+        raise InvalidInputError(
+            "CitationSynthesizer got both a generator and llm=; pass one: llm= is turned into "
+            "a generator"
+        )
+    from citeformer_llamaindex.models import generator_from
+
+    return generator_from(llm, engine=engine, server_options=server_options)
+
+
+def _unknown_message(unknown: list[str]) -> str:
+    import difflib
+    import inspect
+
+    names = sorted(
+        name for name, parameter in inspect.signature(CitationSynthesizer).parameters.items()
+        if parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    )
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, names, n=1)
+        hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    return (
+        f"CitationSynthesizer takes no keyword {', '.join(hints)}; its keywords are "
+        f"{', '.join(names)}"
+    )
 
 
 def _empty_sources_of(empty_sources: str, empty_nodes: str | None) -> EmptySources:

@@ -1,0 +1,136 @@
+"""Conversations: the standalone question of a follow-up, and the history-aware citation chain."""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables import (
+    Runnable,
+    RunnableConfig,
+    RunnableLambda,
+    RunnablePassthrough,
+)
+from langchain_core.runnables.config import run_in_executor
+from pydantic import Field
+from typing_extensions import override
+
+from citeformer.conversation import DEFAULT_CONDENSE_TOKENS, acondense, condense
+from citeformer_langchain.inputs import QUESTION_KEYS, read_history
+from citeformer_langchain.models import GeneratorStep
+
+if TYPE_CHECKING:
+    from langchain_core.retrievers import RetrieverLike
+
+    from citeformer_langchain.answer import CitationAnswer
+    from citeformer_langchain.runnable import CitationRunnable
+
+
+class StandaloneQuestion(GeneratorStep[dict[str, Any], str]):
+    """Rewrites a follow-up into a question that stands on its own, for the retriever.
+
+    "When was it finished?" after a turn about the Eiffel Tower retrieves nothing useful; the
+    model rewrites it as "When was the Eiffel Tower finished?". The input is the dict a
+    ``CitationRunnable`` takes: the question under ``"question"`` (or ``"input"``), the earlier
+    turns under ``"chat_history"`` (or ``"history"``). The output is the question: the first line
+    of what the model wrote, or the follow-up as asked when the history is empty (no generation)
+    or the model wrote nothing. It is the step ``create_history_aware_retriever`` runs, on the
+    same model as the answer: free text, without the citation grammar (``constrained=False``), on
+    a small prompt with one worked example, at most ``max_new_tokens`` tokens.
+
+    Instantiate:
+        .. code-block:: python
+
+            from citeformer_langchain import StandaloneQuestion
+
+            condense = StandaloneQuestion()               # the embedded model
+            condense = StandaloneQuestion(llm=HuggingFacePipeline(pipeline=pipe))
+            condense = StandaloneQuestion(generator=FakeGenerator("When was it built?"))
+
+    Invoke:
+        .. code-block:: python
+
+            condense.invoke({"question": "When was it finished?",
+                             "chat_history": [HumanMessage("Tell me about the Eiffel Tower."),
+                                              AIMessage("It is a tower in Paris [1].")]})
+            # 'When was the Eiffel Tower finished?'
+            retriever_step = condense | retriever         # a history-aware retriever
+    """
+
+    max_new_tokens: int = Field(default=DEFAULT_CONDENSE_TOKENS, gt=0)
+    """Most tokens of the standalone question."""
+
+    @override
+    def invoke(
+        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> str:
+        return self._call_with_config(self._condense, input, config, run_type="chain")
+
+    @override
+    async def ainvoke(
+        self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> str:
+        return await self._acall_with_config(self._acondense, input, config, run_type="chain")
+
+    def _condense(self, input: Any) -> str:
+        question, history = _read(input)
+        if not history:
+            return question
+        return condense(
+            self._generator(), history, question, max_new_tokens=self.max_new_tokens
+        )
+
+    async def _acondense(self, input: Any) -> str:
+        question, history = _read(input)
+        if not history:
+            return question
+        if self.resolved_generator is None:
+            # Loading the default model blocks for seconds: off the event loop too.
+            return await run_in_executor(None, self._condense, input)
+        return await acondense(
+            self.resolved_generator, history, question, max_new_tokens=self.max_new_tokens
+        )
+
+
+def conversational_chain(
+    cite: CitationRunnable,
+    retriever: RetrieverLike,
+    *,
+    condense_tokens: int = DEFAULT_CONDENSE_TOKENS,
+) -> Runnable[dict[str, Any], dict[str, Any]]:
+    """Condense -> retrieve -> cite, on ``cite``'s generator (see
+    ``CitationRunnable.conversational``)."""
+    condense_step = StandaloneQuestion(
+        generator=cite.resolved_generator, max_new_tokens=condense_tokens
+    )
+    chain = (
+        RunnablePassthrough.assign(standalone_question=condense_step)
+        | RunnablePassthrough.assign(context=itemgetter("standalone_question") | retriever)
+        | RunnablePassthrough.assign(cited_answer=cite)
+        | RunnablePassthrough.assign(answer=RunnableLambda(_answer_text, name="answer_text"))
+    )
+    return chain.with_config(run_name="conversational_citation_chain")
+
+
+def _answer_text(value: dict[str, Any]) -> str:
+    answer: CitationAnswer = value["cited_answer"]
+    return answer.text
+
+
+def _read(value: object) -> tuple[str, list[tuple[str, str]]]:
+    from collections.abc import Mapping
+
+    from citeformer.errors import InputTypeError, InvalidInputError
+    from citeformer.request import check_question
+
+    if not isinstance(value, Mapping):
+        raise InputTypeError(
+            f"StandaloneQuestion takes a dict with the question under 'question' (or 'input') "
+            f"and the earlier turns under 'chat_history', got {type(value).__name__}"
+        )
+    key = next((k for k in QUESTION_KEYS if k in value), None)
+    if key is None:
+        raise InvalidInputError(
+            f"the input has no 'question' (or 'input') key; it has {sorted(map(str, value))}"
+        )
+    return check_question(value[key]), read_history(value)

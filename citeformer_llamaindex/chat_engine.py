@@ -1,0 +1,440 @@
+"""``CitationChatEngine``: a LlamaIndex chat engine whose answers cite only this turn's nodes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    MessageRole,
+)
+from llama_index.core.base.response.schema import (
+    AsyncStreamingResponse,
+    Response,
+    StreamingResponse,
+)
+from llama_index.core.callbacks import CallbackManager, trace_method
+from llama_index.core.chat_engine.types import (
+    AgentChatResponse,
+    BaseChatEngine,
+    StreamingAgentChatResponse,
+)
+from llama_index.core.memory import BaseMemory, Memory
+from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.tools import ToolOutput
+
+from citeformer.conversation import DEFAULT_CONDENSE_TOKENS, acondense, condense
+from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.request import check_question
+from citeformer_llamaindex.synthesizer import CitationSynthesizer
+
+if TYPE_CHECKING:
+    from llama_index.core.base.base_retriever import BaseRetriever
+    from llama_index.core.indices.base import BaseIndex
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
+DEFAULT_HISTORY_TOKENS = 1024
+"""Tokens of earlier turns the default memory keeps (the latest turns that fit; tiktoken's
+count): small local models have small contexts, and the nodes need room beside them."""
+
+_ASSISTANT_ROLES = (MessageRole.ASSISTANT, MessageRole.CHATBOT, MessageRole.MODEL)
+
+
+@dataclass
+class CitationStreamingChatResponse(StreamingAgentChatResponse):
+    """A streamed chat answer; ``metadata`` holds the citations once the stream has ended.
+
+    ``metadata`` is the synthesizer's ``response.metadata`` (``"citations"``, ``"quotes"``,
+    ``"finish_reason"``, the token counts and each node's metadata by node id); it is filled in
+    when ``response_gen`` (or ``async_response_gen()``) has been read to the end.
+    """
+
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class CitationChatEngine(BaseChatEngine):
+    """A condense-plus-context chat engine whose every ``[N]`` names one of this turn's nodes.
+
+    Each turn: the follow-up and the history are condensed into a standalone question by the same
+    model without the citation grammar ("When was it finished?" becomes "When was the Eiffel
+    Tower finished?"); the retriever is asked that question; the ``CitationSynthesizer`` answers
+    the follow-up as asked from the retrieved nodes, with the earlier turns shown before them
+    (without their citation markers, which numbered other nodes) and the grammar allowing only
+    ``[1]``..``[N]`` of this turn's N nodes. The answer, markers included, enters the history.
+
+    ``chat``/``achat`` return an ``AgentChatResponse``; ``stream_chat``/``astream_chat`` a
+    ``CitationStreamingChatResponse``. In both, ``[N]`` is ``response.source_nodes[N - 1]``,
+    ``response.metadata`` is the synthesizer's (``"citations"``: ``source_id``, ``start``,
+    ``end``, ``node_id`` per marker; ``"finish_reason"``...; filled in at the end of a stream), and
+    ``response.sources[0].raw_input["message"]`` is the standalone question the retriever got.
+    A streamed turn enters the history once its stream has been read to the end.
+
+    History: ``chat_history`` (or the memory) holds user and assistant messages. A system or tool
+    message is refused (``InvalidInputError``): the citation instructions are the one system
+    message (``instructions=`` replaces them), and a tool's output is not a source.
+
+    Instantiate::
+
+        from citeformer_llamaindex import CitationChatEngine
+
+        chat = CitationChatEngine.from_index(index, max_new_tokens=48)   # the embedded model
+        chat = CitationChatEngine.from_index(index, llm=HuggingFaceLLM(model=m, tokenizer=t))
+        chat = CitationChatEngine.from_index(
+            index, llm=OpenAILike(api_base="http://vllm:8000/v1", model=name), engine="vllm")
+        chat = CitationChatEngine(retriever, CitationSynthesizer(FakeGenerator()))   # for tests
+
+    Chat::
+
+        chat.chat("Tell me about the Eiffel Tower.")
+        response = chat.chat("When was it finished?")
+        response.response                         # 'It was finished in 1889 [2].'
+        response.source_nodes[2 - 1]              # the node [2] cites
+        response.metadata["citations"]            # [{'source_id': 2, 'start': 24, ...}]
+
+    Stream::
+
+        response = chat.stream_chat("Who built it?")
+        for token in response.response_gen:
+            print(token, end="")
+        response.metadata["citations"]            # once the stream has ended
+
+    Async::
+
+        response = await chat.achat("Who built it?")
+        response = await chat.astream_chat("Who built it?")
+        async for token in response.async_response_gen(): ...
+    """
+
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        synthesizer: CitationSynthesizer | None = None,
+        *,
+        memory: BaseMemory | None = None,
+        chat_history: Sequence[ChatMessage] | None = None,
+        skip_condense: bool = False,
+        condense_tokens: int = DEFAULT_CONDENSE_TOKENS,
+        node_postprocessors: Sequence[BaseNodePostprocessor] | None = None,
+        callback_manager: CallbackManager | None = None,
+    ) -> None:
+        """Chat over ``retriever``, answering with ``synthesizer`` (default: a
+        ``CitationSynthesizer()`` on the embedded model, whose generator also condenses).
+
+        ``memory`` keeps the turns (default: a ``Memory`` of the last
+        ``DEFAULT_HISTORY_TOKENS`` tokens, holding ``chat_history``). ``skip_condense`` asks the
+        retriever the follow-up as it is. ``condense_tokens`` bounds the standalone question.
+        ``node_postprocessors`` run on the retrieved nodes, with the standalone question.
+        """
+        if not callable(getattr(retriever, "retrieve", None)):
+            raise InputTypeError(
+                f"retriever must be a LlamaIndex retriever (with retrieve()), got "
+                f"{type(retriever).__name__}; from an index: CitationChatEngine.from_index(index)"
+            )
+        if synthesizer is not None and not isinstance(synthesizer, CitationSynthesizer):
+            raise InputTypeError(
+                f"synthesizer must be a CitationSynthesizer, got {type(synthesizer).__name__}: "
+                "only its answers carry citations that can name this turn's nodes alone"
+            )
+        if memory is not None and chat_history is not None:
+            raise InvalidInputError(
+                "pass chat_history= or memory=, not both: put the history in the memory"
+            )
+        if isinstance(condense_tokens, bool) or not isinstance(condense_tokens, int) or (
+            condense_tokens < 1
+        ):
+            raise InvalidInputError(
+                f"condense_tokens must be a positive int, got {condense_tokens!r}"
+            )
+        if chat_history is not None:
+            to_turns(chat_history, "chat_history")
+        self._retriever = retriever
+        self._synthesizer = synthesizer if synthesizer is not None else CitationSynthesizer()
+        self._memory = memory if memory is not None else Memory.from_defaults(
+            chat_history=list(chat_history or []), token_limit=DEFAULT_HISTORY_TOKENS
+        )
+        self._skip_condense = skip_condense
+        self._condense_tokens = condense_tokens
+        self._postprocessors = list(node_postprocessors or [])
+        self.callback_manager = callback_manager or CallbackManager([])
+
+    @classmethod
+    def from_defaults(
+        cls,
+        retriever: BaseRetriever,
+        *,
+        memory: BaseMemory | None = None,
+        chat_history: Sequence[ChatMessage] | None = None,
+        skip_condense: bool = False,
+        condense_tokens: int = DEFAULT_CONDENSE_TOKENS,
+        node_postprocessors: Sequence[BaseNodePostprocessor] | None = None,
+        callback_manager: CallbackManager | None = None,
+        **synthesizer_options: Any,
+    ) -> CitationChatEngine:
+        """A chat engine over ``retriever``; ``synthesizer_options`` are
+        ``CitationSynthesizer``'s (``generator``, ``llm``, ``engine``, ``max_new_tokens``...)."""
+        return cls(
+            retriever,
+            CitationSynthesizer(**synthesizer_options),
+            memory=memory,
+            chat_history=chat_history,
+            skip_condense=skip_condense,
+            condense_tokens=condense_tokens,
+            node_postprocessors=node_postprocessors,
+            callback_manager=callback_manager,
+        )
+
+    @classmethod
+    def from_index(
+        cls, index: BaseIndex[Any], *, similarity_top_k: int = 3, **options: Any
+    ) -> CitationChatEngine:
+        """A chat engine over ``index.as_retriever(similarity_top_k=...)``; ``options`` are
+        ``from_defaults``'s."""
+        retriever = index.as_retriever(similarity_top_k=similarity_top_k)
+        return cls.from_defaults(retriever, **options)
+
+    @property
+    def synthesizer(self) -> CitationSynthesizer:
+        """What answers each turn; its generator also writes the standalone questions."""
+        return self._synthesizer
+
+    @property
+    def chat_history(self) -> list[ChatMessage]:
+        """Every turn so far, answers with their markers."""
+        return list(self._memory.get_all())
+
+    def reset(self) -> None:
+        """Forget the conversation."""
+        self._memory.reset()
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    @trace_method("chat")
+    def chat(
+        self, message: str, chat_history: list[ChatMessage] | None = None
+    ) -> AgentChatResponse:
+        """Answer ``message`` from the nodes retrieved for its standalone question."""
+        message = check_question(message)
+        if chat_history is not None:
+            to_turns(chat_history, "chat_history")
+            self._memory.set(chat_history)
+        history = to_turns(self._memory.get(input=message), "the memory")
+        question = self._condensed(history, message)
+        nodes = self._retrieve(question)
+        response = self._synthesizer.synthesize(
+            message, nodes, history=history, streaming=False
+        )
+        assert isinstance(response, Response)
+        self._remember(message, str(response))
+        return AgentChatResponse(
+            response=str(response),
+            sources=[_retrieval(question, nodes)],
+            source_nodes=list(response.source_nodes),
+            metadata=response.metadata if response.metadata is not None else {},
+        )
+
+    @trace_method("chat")
+    def stream_chat(
+        self, message: str, chat_history: list[ChatMessage] | None = None
+    ) -> CitationStreamingChatResponse:
+        """``chat``, the answer streamed; the turn enters the history once the stream ends."""
+        message = check_question(message)
+        if chat_history is not None:
+            to_turns(chat_history, "chat_history")
+            self._memory.set(chat_history)
+        history = to_turns(self._memory.get(input=message), "the memory")
+        question = self._condensed(history, message)
+        nodes = self._retrieve(question)
+        response = self._synthesizer.synthesize(message, nodes, history=history, streaming=True)
+        assert isinstance(response, StreamingResponse) and response.response_gen is not None
+
+        def remember(text: str) -> None:
+            self._remember(message, text)
+
+        return CitationStreamingChatResponse(
+            chat_stream=_deltas(response.response_gen, remember),
+            sources=[_retrieval(question, nodes)],
+            source_nodes=list(response.source_nodes),
+            # The synthesizer fills this very dict in once its stream has ended.
+            metadata=response.metadata if response.metadata is not None else {},
+            # Read in the caller's thread: no thread polling a queue beside the model.
+            is_writing_to_memory=False,
+        )
+
+    @trace_method("chat")
+    async def achat(
+        self, message: str, chat_history: list[ChatMessage] | None = None
+    ) -> AgentChatResponse:
+        """Async ``chat``: a model in this process runs in worker threads, off the event loop."""
+        message = check_question(message)
+        if chat_history is not None:
+            to_turns(chat_history, "chat_history")
+            await self._memory.aset(chat_history)
+        history = to_turns(await self._memory.aget(input=message), "the memory")
+        question = await self._acondensed(history, message)
+        nodes = await self._aretrieve(question)
+        response = await self._synthesizer.asynthesize(
+            message, nodes, history=history, streaming=False
+        )
+        assert isinstance(response, Response)
+        await self._aremember(message, str(response))
+        return AgentChatResponse(
+            response=str(response),
+            sources=[_retrieval(question, nodes)],
+            source_nodes=list(response.source_nodes),
+            metadata=response.metadata if response.metadata is not None else {},
+        )
+
+    @trace_method("chat")
+    async def astream_chat(
+        self, message: str, chat_history: list[ChatMessage] | None = None
+    ) -> CitationStreamingChatResponse:
+        """Async ``stream_chat``: read ``async_response_gen()``."""
+        message = check_question(message)
+        if chat_history is not None:
+            to_turns(chat_history, "chat_history")
+            await self._memory.aset(chat_history)
+        history = to_turns(await self._memory.aget(input=message), "the memory")
+        question = await self._acondensed(history, message)
+        nodes = await self._aretrieve(question)
+        response = await self._synthesizer.asynthesize(
+            message, nodes, history=history, streaming=True
+        )
+        assert isinstance(response, AsyncStreamingResponse)
+
+        async def remember(text: str) -> None:
+            await self._aremember(message, text)
+
+        return CitationStreamingChatResponse(
+            achat_stream=_adeltas(response.async_response_gen(), remember),
+            sources=[_retrieval(question, nodes)],
+            source_nodes=list(response.source_nodes),
+            metadata=response.metadata if response.metadata is not None else {},
+            is_writing_to_memory=False,
+        )
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _condensed(self, history: list[tuple[str, str]], message: str) -> str:
+        if self._skip_condense or not history:
+            return message
+        return condense(
+            self._synthesizer.generator, history, message, max_new_tokens=self._condense_tokens
+        )
+
+    async def _acondensed(self, history: list[tuple[str, str]], message: str) -> str:
+        if self._skip_condense or not history:
+            return message
+        # Reading the generator may load the default model, which blocks for seconds.
+        generator = await asyncio.to_thread(getattr, self._synthesizer, "generator")
+        return await acondense(
+            generator, history, message, max_new_tokens=self._condense_tokens
+        )
+
+    def _retrieve(self, question: str) -> list[NodeWithScore]:
+        nodes = self._retriever.retrieve(question)
+        for postprocessor in self._postprocessors:
+            nodes = postprocessor.postprocess_nodes(nodes, query_bundle=QueryBundle(question))
+        return nodes
+
+    async def _aretrieve(self, question: str) -> list[NodeWithScore]:
+        nodes = await self._retriever.aretrieve(question)
+        for postprocessor in self._postprocessors:
+            nodes = await postprocessor.apostprocess_nodes(
+                nodes, query_bundle=QueryBundle(question)
+            )
+        return nodes
+
+    def _remember(self, message: str, answer: str) -> None:
+        # Both messages at once, when the answer is complete: an abandoned stream leaves no
+        # question without its answer in the history.
+        self._memory.put_messages(_turn(message, answer))
+
+    async def _aremember(self, message: str, answer: str) -> None:
+        await self._memory.aput_messages(_turn(message, answer))
+
+
+def to_turns(messages: object, where: str = "chat_history") -> list[tuple[str, str]]:
+    """LlamaIndex ``ChatMessage``s as the core's ``(role, text)`` turns.
+
+    User messages are ``"user"``; assistant (also ``CHATBOT``, ``MODEL``) messages
+    ``"assistant"``. Raises ``InputTypeError`` for anything but a list of ``ChatMessage`` and
+    ``InvalidInputError`` for a system or tool message or a message without text, naming it.
+    """
+    if isinstance(messages, (str, bytes, ChatMessage)) or not isinstance(messages, Sequence):
+        raise InputTypeError(
+            f"{where} must be a list of ChatMessage, got {type(messages).__name__}"
+        )
+    turns = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, ChatMessage):
+            raise InputTypeError(
+                f"{where}[{index}] is a {type(message).__name__}, not a "
+                "llama_index.core.llms.ChatMessage"
+            )
+        if message.role == MessageRole.USER:
+            role = "user"
+        elif message.role in _ASSISTANT_ROLES:
+            role = "assistant"
+        else:
+            advice = (
+                "the citation instructions are the one system message: pass instructions= to "
+                "the CitationSynthesizer to replace them"
+                if message.role in (MessageRole.SYSTEM, MessageRole.DEVELOPER)
+                else "keep only the user's and the assistant's messages"
+            )
+            raise InvalidInputError(
+                f"{where}[{index}] is a {message.role.value!r} message; a chat history holds "
+                f"user and assistant messages only: {advice}"
+            )
+        text = message.content
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError(
+                f"{where}[{index}] ({role}) has no text ({text!r}); drop empty messages"
+            )
+        turns.append((role, text))
+    return turns
+
+
+def _turn(message: str, answer: str) -> list[ChatMessage]:
+    return [
+        ChatMessage(role=MessageRole.USER, content=message),
+        ChatMessage(role=MessageRole.ASSISTANT, content=answer),
+    ]
+
+
+def _retrieval(question: str, nodes: list[NodeWithScore]) -> ToolOutput:
+    # What LlamaIndex's condense-plus-context engine reports: the retriever's input and output.
+    return ToolOutput(
+        tool_name="retriever",
+        content=str(nodes),
+        raw_input={"message": question},
+        raw_output=nodes,
+    )
+
+
+def _deltas(tokens: Iterator[str], on_end: Callable[[str], None]) -> ChatResponseGen:
+    text = ""
+    for token in tokens:
+        text += token
+        yield ChatResponse(
+            message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=token
+        )
+    on_end(text)
+
+
+async def _adeltas(
+    tokens: AsyncIterator[str], on_end: Callable[[str], Any]
+) -> ChatResponseAsyncGen:
+    text = ""
+    async for token in tokens:
+        text += token
+        yield ChatResponse(
+            message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=token
+        )
+    await on_end(text)

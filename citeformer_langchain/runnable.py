@@ -18,6 +18,7 @@ from pydantic.json_schema import SkipJsonSchema
 from typing_extensions import override
 
 from citeformer.conversation import DEFAULT_CONDENSE_TOKENS
+from citeformer.errors import InvalidInputError
 from citeformer.evidence import Evidence
 from citeformer.request import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -33,6 +34,10 @@ from citeformer_langchain.inputs import (
     to_request,
 )
 from citeformer_langchain.models import GeneratorStep
+
+DEFAULT_BATCH_SIZE = 8
+"""Rows decoded together by ``batch``/``abatch`` with a local model, unless
+``config["max_concurrency"]`` says otherwise."""
 
 _OPTIONS = (
     "policy", "max_new_tokens", "do_sample", "temperature", "seed", "instructions", "evidence",
@@ -121,9 +126,11 @@ class CitationRunnable(GeneratorStep[dict[str, Any], CitationAnswer]):
         is awaited; a model in this process generates in a worker thread, off the event loop.
         Leaving a stream early (``break``) stops the generation.
 
-    ``batch``/``abatch`` run one generation after another (one model, one answer per input); with
-    an async generator (a ``ServerGenerator``) they send the requests side by side, for the
-    server to batch.
+    ``batch``/``abatch`` with a model in this process decode the inputs together
+    (``CiteGenerator.answer_batch``, at most ``config["max_concurrency"]`` rows at once, 8 by
+    default), each input still its own run; with an async generator (a ``ServerGenerator``) they
+    send the requests side by side, for the server to batch. ``return_exceptions=True`` gives
+    one result or exception per input.
 
     ``llm=`` takes your own LangChain model as it is: a ``HuggingFacePipeline`` or a
     ``ChatHuggingFace`` over one (a ``CiteGenerator`` over its model and tokenizer), or a
@@ -277,12 +284,14 @@ class CitationRunnable(GeneratorStep[dict[str, Any], CitationAnswer]):
             # A server batches concurrent requests itself: send them side by side
             # (at most config["max_concurrency"] at once).
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
-        # One model generates one answer at a time (the core serialises on a lock), so the
-        # default thread pool would only add threads; each input still gets its own run.
+        # A model in this process decodes the inputs together (CiteGenerator.answer_batch, at
+        # most max_concurrency rows at once); each input still gets its own run and callbacks.
+        configs = get_config_list(config, len(inputs))
+        results = self._answers_together(inputs, configs, kwargs)
         outputs: list[Any] = []
-        for input_, config_ in zip(inputs, get_config_list(config, len(inputs)), strict=True):
+        for input_, config_, result in zip(inputs, configs, results, strict=True):
             try:
-                outputs.append(self.invoke(input_, config_, **kwargs))
+                outputs.append(self._call_with_config(partial(_given, result), input_, config_))
             except Exception as error:
                 if not return_exceptions:
                     raise
@@ -302,15 +311,51 @@ class CitationRunnable(GeneratorStep[dict[str, Any], CitationAnswer]):
             return await super().abatch(
                 inputs, config, return_exceptions=return_exceptions, **kwargs
             )
+        configs = get_config_list(config, len(inputs))
+        results = await run_in_executor(
+            None, self._answers_together, inputs, configs, kwargs
+        )
         outputs: list[Any] = []
-        for input_, config_ in zip(inputs, get_config_list(config, len(inputs)), strict=True):
+        for input_, config_, result in zip(inputs, configs, results, strict=True):
             try:
-                outputs.append(await self.ainvoke(input_, config_, **kwargs))
+                outputs.append(
+                    await self._acall_with_config(partial(_agiven, result), input_, config_)
+                )
             except Exception as error:
                 if not return_exceptions:
                     raise
                 outputs.append(error)
         return outputs
+
+    def _answers_together(
+        self, inputs: Sequence[Any], configs: Sequence[RunnableConfig], overrides: dict[str, Any]
+    ) -> list[CitationAnswer | Exception]:
+        """One answer (or the error it raised) per input, decoded in batches where the generator
+        can (``answer_batch``), one after another otherwise."""
+        options = self._options(overrides)
+        generator = self._generator()
+        results: list[CitationAnswer | Exception | None] = [None] * len(inputs)
+        prepared = []
+        for index, input_ in enumerate(inputs):
+            try:
+                prepared.append((index, *self._request(input_, options)))
+            except Exception as error:  # this input's own error, reported with its result
+                results[index] = error
+        answers: list[Any] | None = None
+        answer_batch = getattr(generator, "answer_batch", None)
+        if prepared and answer_batch is not None:
+            size = configs[0].get("max_concurrency") or DEFAULT_BATCH_SIZE
+            try:
+                answers = answer_batch([request for _, request, _ in prepared], batch_size=size)
+            except InvalidInputError:
+                answers = None  # a row the batch refused: answer one by one, errors per input
+        for position, (index, request, documents) in enumerate(prepared):
+            try:
+                answer = generator.answer(request) if answers is None else answers[position]
+                results[index] = CitationAnswer.from_cited_answer(answer, documents)
+            except Exception as error:
+                results[index] = error
+        return cast(list[CitationAnswer | Exception], results)
 
     @override
     def batch_as_completed(  # type: ignore[override]
@@ -554,3 +599,14 @@ class _ThreadedChunks:
     def _close(self) -> None:
         with self._lock:
             self._chunks.close()
+
+
+def _given(result: CitationAnswer | Exception, _input: Any) -> CitationAnswer:
+    # The answer of one input of a batch, decoded with the others, as its own run's output.
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+async def _agiven(result: CitationAnswer | Exception, _input: Any) -> CitationAnswer:
+    return _given(result, _input)

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from xgrammar.testing import _is_grammar_accept_string
 
 from citeformer import GrammarViolationError, Policy, Source, build_grammar
-from citeformer.quote_grammar import quote_rules
 from citeformer.quotes import (
     QuotableText,
     QuoteGuard,

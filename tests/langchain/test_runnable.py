@@ -669,3 +669,51 @@ def test_server_generator_batches_side_by_side() -> None:
     assert len(answers) == 4 and all(a.citations for a in answers)
     assert [json.loads(r.content)["messages"][-1]["content"].endswith(f"Capital {i}?")
             for i, r in enumerate(server.requests[-4:])] == [True] * 4
+
+
+class BatchingFake:
+    """A model in this process that decodes many requests at once, as CiteGenerator does."""
+
+    def __init__(self) -> None:
+        self.fake = FakeGenerator()
+        self.batches: list[tuple[int, int]] = []  # (rows, batch_size) of each answer_batch call
+
+    def answer(self, request: Any) -> Any:
+        return self.fake.answer(request)
+
+    def answer_stream(self, request: Any) -> Any:
+        return self.fake.answer_stream(request)
+
+    def answer_batch(self, requests: list[Any], *, batch_size: int = 8) -> list[Any]:
+        self.batches.append((len(requests), batch_size))
+        return [self.fake.answer(request) for request in requests]
+
+
+def test_batch_with_a_local_model_decodes_the_inputs_together() -> None:
+    fake = BatchingFake()
+    cite = CitationRunnable(generator=fake, max_new_tokens=48)
+    runs: list[str] = []
+
+    class Runs(BaseCallbackHandler):
+        def on_chain_end(self, outputs: Any, **kwargs: Any) -> None:
+            if kwargs.get("parent_run_id") is None:
+                runs.append(outputs.text)
+
+    answers = cite.batch(
+        [ask(q) for q in QUESTIONS], config={"max_concurrency": 2, "callbacks": [Runs()]}
+    )
+    assert fake.batches == [(3, 2)]  # one call; max_concurrency is the batch size
+    assert [a.text for a in answers] == [cite.invoke(ask(q)).text for q in QUESTIONS]  # order
+    assert runs == [a.text for a in answers]  # each input is still its own run
+
+
+def test_batch_with_a_local_model_keeps_one_result_per_input() -> None:
+    fake = BatchingFake()
+    cite = CitationRunnable(generator=fake)
+    out = cite.batch([ask("France?"), ask("France?", []), ask("Spain?")], return_exceptions=True)
+    assert isinstance(out[0], CitationAnswer) and isinstance(out[2], CitationAnswer)
+    assert isinstance(out[1], NoSourcesError)
+    assert fake.batches == [(2, 8)]  # the bad input never reached the model
+    answers = asyncio.run(cite.abatch([ask(q) for q in QUESTIONS]))
+    assert fake.batches[-1] == (3, 8)
+    assert [a.text for a in answers] == [cite.invoke(ask(q)).text for q in QUESTIONS]

@@ -42,6 +42,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "no-repeat-block": {"readability": replace(DEFAULT, no_repeat_ngram=0)},
     "no-number-copy": {"readability": replace(DEFAULT, number_penalty=0.0)},
     "no-end-bias": {"readability": replace(DEFAULT, end_bias=0.0)},
+    "auto-support": {"readability": replace(DEFAULT, auto_cite_support=0.5)},
     "end-bias-1": {"readability": replace(DEFAULT, end_bias=1.0)},
     "end-bias-3": {"readability": replace(DEFAULT, end_bias=3.0)},
     "repeat-4": {"readability": replace(DEFAULT, no_repeat_ngram=4)},

@@ -24,6 +24,8 @@ EXPECTED = {
     "01_langchain_rag.ipynb",
     "02_llamaindex_query_engine.ipynb",
     "03_fabrication_experiment.ipynb",
+    "04_langchain_conversation.ipynb",
+    "05_llamaindex_chat_engine.ipynb",
 }
 CELL_TIMEOUT_S = 600
 KERNEL_NAME = "citeformer-test"

@@ -148,6 +148,19 @@ class CitationAnswer(BaseModel):
         """Distinct cited source ids, in order of first appearance."""
         return list(dict.fromkeys(c.source_id for c in self.citations))
 
+    def _repr_markdown_(self) -> str:
+        # Jupyter shows an answer rendered: linked markers, then its cited documents.
+        from citeformer.render import to_markdown, unique_id_prefix
+        from citeformer_langchain.render import core_answer
+
+        return to_markdown(core_answer(self), id_prefix=unique_id_prefix())
+
+    def _repr_html_(self) -> str:
+        from citeformer.render import to_html, unique_id_prefix
+        from citeformer_langchain.render import core_answer
+
+        return to_html(core_answer(self), id_prefix=unique_id_prefix())
+
     @property
     def cited_documents(self) -> list[Document]:
         """Distinct cited documents, in order of first citation."""

@@ -1,14 +1,18 @@
-"""Markdown for a ``CitationAnswer``: the text, then the documents as a numbered reference list."""
+"""Markdown for a ``CitationAnswer``: the text, then the documents as a numbered reference list.
+
+The labels, pages and supporting sentences come from ``citeformer.render``, which also renders
+the answer as HTML (``to_html``); this module only keeps LangChain's list of every document.
+"""
 
 from __future__ import annotations
 
-import re
+from typing import TYPE_CHECKING
 
 from citeformer_langchain.answer import CitationAnswer
-from citeformer_langchain.inputs import document_title
+from citeformer_langchain.inputs import to_sources
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>])")
-_SNIPPET_CHARS = 80
+if TYPE_CHECKING:
+    from citeformer.types import CitedAnswer
 
 
 def render_markdown(answer: CitationAnswer, *, heading: str | None = "Sources") -> str:
@@ -16,10 +20,14 @@ def render_markdown(answer: CitationAnswer, *, heading: str | None = "Sources") 
 
     The title is the first non-blank of the document's ``title``, ``file_name`` and ``source``
     metadata, else the start of its text in quotes. An http(s) ``source`` becomes the link
-    target. All documents are listed, cited or not, so that Markdown's ordered list keeps the
-    numbers of the markers (it renumbers a list that skips). ``heading=None`` leaves the heading
-    out.
+    target. The page follows the title (``page_label`` as it is, else LangChain's 0-based
+    ``page`` + 1: ``page 3`` for ``page=2``), and under a cited document come the sentences its
+    citations were located in, quoted, marked *(weak support)* when weak. All documents are
+    listed, cited or not, so that Markdown's ordered list keeps the numbers of the markers (it
+    renumbers a list that skips). ``heading=None`` leaves the heading out.
     """
+    from citeformer.render import details, markdown_evidence, markdown_label, references
+
     if not isinstance(answer, CitationAnswer):
         from citeformer.errors import InputTypeError
 
@@ -32,25 +40,25 @@ def render_markdown(answer: CitationAnswer, *, heading: str | None = "Sources") 
         lines.append("")
         if heading:
             lines += [f"**{heading}**", ""]
-        for number, document in enumerate(answer.documents, start=1):
-            title = document_title(document)
-            label = _escape(title) if title else f'"{_escape(_snippet(document.page_content))}"'
-            source = str(document.metadata.get("source") or "")
-            if source.startswith(("http://", "https://")) and " " not in source:
-                label = f"[{label}](<{source}>)"
-            lines.append(f"{number}. {label}")
+        for ref in references(core_answer(answer), cited_only=False):
+            page = "".join(f", {detail}" for detail in details(ref, location=False))
+            lines.append(f"{ref.number}. {markdown_label(ref)}{page}")
+            lines += ["   " + line for line in markdown_evidence(ref)]
     return "\n".join(lines) + "\n"
 
 
-def _escape(text: str) -> str:
-    # Titles are data, not markup: a `*` or `[` in a file name must not start emphasis or a link.
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+def core_answer(answer: CitationAnswer) -> CitedAnswer:
+    """``answer`` as a core ``CitedAnswer`` whose sources are its documents (metadata kept)."""
+    from citeformer.types import Citation, CitedAnswer
 
-
-def _snippet(text: str) -> str:
-    flat = " ".join(text.split())
-    if len(flat) <= _SNIPPET_CHARS:
-        return flat
-    cut = flat[: _SNIPPET_CHARS - 1]
-    # End on a whole word when there is one to end on.
-    return (cut.rsplit(" ", 1)[0] if " " in cut else cut).rstrip(" ,;:") + "…"
+    return CitedAnswer(
+        text=answer.text,
+        citations=tuple(
+            Citation(c.source_id, c.start, c.end, c.evidence) for c in answer.citations
+        ),
+        sources=tuple(to_sources(answer.documents)),
+        # None only on a streamed chunk that is not the last one; nothing here reads it.
+        finish_reason=answer.finish_reason or "stop",
+        prompt_tokens=answer.prompt_tokens,
+        generated_tokens=answer.generated_tokens,
+    )

@@ -176,6 +176,17 @@ class CitedAnswer:
         """Distinct cited source ids, in order of first appearance."""
         return list(dict.fromkeys(c.source_id for c in self.citations))
 
+    def _repr_markdown_(self) -> str:
+        # Jupyter shows an answer rendered: linked markers, then its cited sources.
+        from citeformer.render import to_markdown, unique_id_prefix
+
+        return to_markdown(self, id_prefix=unique_id_prefix())
+
+    def _repr_html_(self) -> str:
+        from citeformer.render import to_html, unique_id_prefix
+
+        return to_html(self, id_prefix=unique_id_prefix())
+
     def to_dict(self) -> dict[str, Any]:
         """A plain, JSON-serialisable dict."""
         return {

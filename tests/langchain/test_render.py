@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+
 import pytest
 from langchain_core.documents import Document
 
-from citeformer import CitedAnswer, parse_citations
+from citeformer import CitedAnswer, build_request, parse_citations
+from citeformer.testing import FakeGenerator
 from citeformer_langchain import CitationAnswer, render_markdown
 from citeformer_langchain.inputs import to_sources
 
@@ -46,3 +49,38 @@ def test_render_markdown_titles_follow_the_title_rule() -> None:
             Document(page_content="B.", metadata={"title": " ", "source": "x/b.txt"})]
     answer = CitationAnswer.from_cited_answer(cited("A [1].", docs), docs)
     assert render_markdown(answer, heading=None).splitlines()[2:] == ["1. a.txt", "2. x/b.txt"]
+
+
+PDF_PAGES = [
+    Document(page_content="Intro text. The Eiffel Tower was completed in 1889.",
+             metadata={"source": "reports/eiffel.pdf", "page": 4}),
+    Document(page_content="Bees dance to show where flowers are.",
+             metadata={"source": "bees.pdf", "page": 0, "page_label": "vii"}),
+]
+
+
+def test_render_markdown_shows_pages_and_supporting_sentences() -> None:
+    fake = FakeGenerator("It was completed in 1889 [1]. Paris is large [2].")
+    core = fake.answer(build_request("When?", to_sources(PDF_PAGES)))
+    answer = CitationAnswer.from_cited_answer(core, PDF_PAGES)
+    assert render_markdown(answer, heading=None).splitlines()[2:] == [
+        "1. reports/eiffel.pdf, page 5",  # LangChain's PDF loaders count pages from 0
+        '   - "The Eiffel Tower was completed in 1889."',
+        "2. bees.pdf, page vii",  # the printed label wins over the index
+        '   - "Bees dance to show where flowers are." *(weak support)*',
+    ]
+
+
+def test_jupyter_shows_a_citation_answer_rendered() -> None:
+    fake = FakeGenerator("It was completed in 1889 [1].")
+    answer = CitationAnswer.from_cited_answer(
+        fake.answer(build_request("When?", to_sources(PDF_PAGES))), PDF_PAGES
+    )
+    root = ET.fromstring(answer._repr_html_())
+    (item,) = [li for li in root.iter("li") if li.get("id")]
+    assert item.get("value") == "1"
+    assert "".join(item.itertext()).startswith("reports/eiffel.pdf, page 5")
+    marker = next(a for a in root.iter("a") if a.get("class") == "citeformer-marker")
+    assert marker.get("href") == f"#{item.get('id')}"
+    markdown = answer._repr_markdown_()
+    assert "\\[1\\] reports/eiffel.pdf, page 5" in markdown and "bees.pdf" not in markdown

@@ -93,24 +93,13 @@ def _from_openai(llm: Any, engine: str | None, options: dict[str, Any]) -> Answe
             f"server: OpenAILike(api_base='http://host:8000/v1', model=...), and pass "
             "engine='vllm' (or 'llama.cpp', 'sglang', 'vllm-guided')"
         )
-    if engine is None:
-        from citeformer.server import ENGINES
+    from citeformer.server._openai import server_for_openai_model
 
-        raise InvalidInputError(
-            f"the {kind} at {base_url} needs engine=: one of {', '.join(map(repr, ENGINES))}. "
-            "The URL does not say which engine serves it, and each reads the grammar from a "
-            "different request field (a wrong one is ignored, and the answer refused)"
-        )
-    settings: dict[str, Any] = {"api_key": llm.api_key or None}
-    if llm.default_headers:
-        settings["headers"] = dict(llm.default_headers)
-    if isinstance(llm.timeout, (int, float)) and not isinstance(llm.timeout, bool):
-        settings["timeout"] = float(llm.timeout)
-    if isinstance(llm.max_retries, int):
-        settings["max_retries"] = llm.max_retries
-    from citeformer.server import ServerGenerator
-
-    return ServerGenerator(base_url, llm.model, engine=engine, **{**settings, **options})
+    return server_for_openai_model(
+        kind, base_url, llm.model, engine=engine, api_key=llm.api_key,
+        headers=llm.default_headers, timeout=llm.timeout, max_retries=llm.max_retries,
+        options=options,
+    )
 
 
 def _refuse_server_settings(

@@ -63,7 +63,11 @@ def generator_from(
         from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
 
         if isinstance(llm, (ChatHuggingFace, HuggingFacePipeline)):
-            _refuse_server_settings(llm, engine, server_options)
+            from citeformer.server._openai import refuse_server_settings
+
+            refuse_server_settings(
+                llm, "OpenAI-compatible model (ChatOpenAI, OpenAI)", engine, server_options
+            )
             return _from_huggingface(llm)
     elif package == "langchain_openai":
         from langchain_openai import ChatOpenAI, OpenAI
@@ -130,18 +134,6 @@ def _from_openai(llm: Any, engine: str | None, options: dict[str, Any]) -> Answe
         headers=llm.default_headers, timeout=llm.request_timeout, max_retries=llm.max_retries,
         options=options,
     )
-
-
-def _refuse_server_settings(
-    llm: object, engine: str | None, server_options: Mapping[str, Any] | None
-) -> None:
-    given = [name for name, value in (("engine", engine), ("server_options", server_options))
-             if value]
-    if given:
-        raise InvalidInputError(
-            f"{' and '.join(given)} apply to an OpenAI-compatible model (ChatOpenAI, OpenAI) "
-            f"only; a {type(llm).__name__} runs in this process: drop {given[0]}="
-        )
 
 
 def _secret(value: Any) -> str | None:

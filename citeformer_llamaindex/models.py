@@ -52,7 +52,11 @@ def generator_from(
         from llama_index.llms.huggingface import HuggingFaceLLM
 
         if isinstance(llm, HuggingFaceLLM):
-            _refuse_server_settings(llm, engine, server_options)
+            from citeformer.server._openai import refuse_server_settings
+
+            refuse_server_settings(
+                llm, "OpenAI-compatible LLM (OpenAILike, OpenAI)", engine, server_options
+            )
             return _from_huggingface(llm)
     if "llama_index.llms.openai" in packages:
         from llama_index.llms.openai import OpenAI
@@ -100,18 +104,6 @@ def _from_openai(llm: Any, engine: str | None, options: dict[str, Any]) -> Answe
         headers=llm.default_headers, timeout=llm.timeout, max_retries=llm.max_retries,
         options=options,
     )
-
-
-def _refuse_server_settings(
-    llm: object, engine: str | None, server_options: Mapping[str, Any] | None
-) -> None:
-    given = [name for name, value in (("engine", engine), ("server_options", server_options))
-             if value]
-    if given:
-        raise InvalidInputError(
-            f"{' and '.join(given)} apply to an OpenAI-compatible LLM (OpenAILike, OpenAI) "
-            f"only; a {type(llm).__name__} runs in this process: drop {given[0]}="
-        )
 
 
 def _packages_of(value: object) -> set[str]:

@@ -44,3 +44,20 @@ def server_for_openai_model(
     if isinstance(max_retries, int) and not isinstance(max_retries, bool):
         settings["max_retries"] = max_retries
     return ServerGenerator(base_url, model, engine=engine, **{**settings, **options})
+
+
+def refuse_server_settings(
+    llm: object, applies_to: str, engine: str | None, server_options: Mapping[str, Any] | None
+) -> None:
+    """Refuse ``engine=``/``server_options=`` given with a model that runs in this process.
+
+    ``applies_to`` names, for the message, the models they are for (``"OpenAI-compatible model
+    (ChatOpenAI, OpenAI)"``).
+    """
+    given = [name for name, value in (("engine", engine), ("server_options", server_options))
+             if value]
+    if given:
+        raise InvalidInputError(
+            f"{' and '.join(given)} apply to an {applies_to} only; a "
+            f"{type(llm).__name__} runs in this process: drop {given[0]}="
+        )

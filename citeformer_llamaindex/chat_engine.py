@@ -219,13 +219,7 @@ class CitationChatEngine(BaseChatEngine):
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> AgentChatResponse:
         """Answer ``message`` from the nodes retrieved for its standalone question."""
-        message = check_question(message)
-        if chat_history is not None:
-            to_turns(chat_history, "chat_history")
-            self._memory.set(chat_history)
-        history = to_turns(self._memory.get(input=message), "the memory")
-        question = self._condensed(history, message)
-        nodes = self._retrieve(question)
+        message, history, question, nodes = self._turn(message, chat_history)
         response = self._synthesizer.synthesize(
             message, nodes, history=history, streaming=False
         )
@@ -243,13 +237,7 @@ class CitationChatEngine(BaseChatEngine):
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitationStreamingChatResponse:
         """``chat``, the answer streamed; the turn enters the history once the stream ends."""
-        message = check_question(message)
-        if chat_history is not None:
-            to_turns(chat_history, "chat_history")
-            self._memory.set(chat_history)
-        history = to_turns(self._memory.get(input=message), "the memory")
-        question = self._condensed(history, message)
-        nodes = self._retrieve(question)
+        message, history, question, nodes = self._turn(message, chat_history)
         response = self._synthesizer.synthesize(message, nodes, history=history, streaming=True)
         assert isinstance(response, StreamingResponse) and response.response_gen is not None
 
@@ -271,13 +259,7 @@ class CitationChatEngine(BaseChatEngine):
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> AgentChatResponse:
         """Async ``chat``: a model in this process runs in worker threads, off the event loop."""
-        message = check_question(message)
-        if chat_history is not None:
-            to_turns(chat_history, "chat_history")
-            await self._memory.aset(chat_history)
-        history = to_turns(await self._memory.aget(input=message), "the memory")
-        question = await self._acondensed(history, message)
-        nodes = await self._aretrieve(question)
+        message, history, question, nodes = await self._aturn(message, chat_history)
         response = await self._synthesizer.asynthesize(
             message, nodes, history=history, streaming=False
         )
@@ -295,13 +277,7 @@ class CitationChatEngine(BaseChatEngine):
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitationStreamingChatResponse:
         """Async ``stream_chat``: read ``async_response_gen()``."""
-        message = check_question(message)
-        if chat_history is not None:
-            to_turns(chat_history, "chat_history")
-            await self._memory.aset(chat_history)
-        history = to_turns(await self._memory.aget(input=message), "the memory")
-        question = await self._acondensed(history, message)
-        nodes = await self._aretrieve(question)
+        message, history, question, nodes = await self._aturn(message, chat_history)
         response = await self._synthesizer.asynthesize(
             message, nodes, history=history, streaming=True
         )
@@ -319,6 +295,30 @@ class CitationChatEngine(BaseChatEngine):
         )
 
     # -- steps ---------------------------------------------------------------------------------
+
+    def _turn(
+        self, message: str, chat_history: list[ChatMessage] | None
+    ) -> tuple[str, list[tuple[str, str]], str, list[NodeWithScore]]:
+        """One turn's checked message, the history, the standalone question and its nodes."""
+        message = check_question(message)
+        if chat_history is not None:
+            to_turns(chat_history, "chat_history")
+            self._memory.set(chat_history)
+        history = to_turns(self._memory.get(input=message), "the memory")
+        question = self._condensed(history, message)
+        return message, history, question, self._retrieve(question)
+
+    async def _aturn(
+        self, message: str, chat_history: list[ChatMessage] | None
+    ) -> tuple[str, list[tuple[str, str]], str, list[NodeWithScore]]:
+        """Async ``_turn``."""
+        message = check_question(message)
+        if chat_history is not None:
+            to_turns(chat_history, "chat_history")
+            await self._memory.aset(chat_history)
+        history = to_turns(await self._memory.aget(input=message), "the memory")
+        question = await self._acondensed(history, message)
+        return message, history, question, await self._aretrieve(question)
 
     def _condensed(self, history: list[tuple[str, str]], message: str) -> str:
         if self._skip_condense or not history:

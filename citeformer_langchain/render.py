@@ -6,6 +6,7 @@ the answer as HTML (``to_html``); this module only keeps LangChain's list of eve
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from citeformer_langchain.answer import CitationAnswer
@@ -15,7 +16,12 @@ if TYPE_CHECKING:
     from citeformer.types import CitedAnswer
 
 
-def render_markdown(answer: CitationAnswer, *, heading: str | None = "Sources") -> str:
+def render_markdown(
+    answer: CitationAnswer,
+    *,
+    heading: str | None = "Sources",
+    style: str | os.PathLike[str] | None = None,
+) -> str:
     """The answer text, then every document as ``N. Title`` so that ``[N]`` in the text is item N.
 
     The title is the first non-blank of the document's ``title``, ``file_name`` and ``source``
@@ -24,9 +30,12 @@ def render_markdown(answer: CitationAnswer, *, heading: str | None = "Sources") 
     ``page`` + 1: ``page 3`` for ``page=2``), and under a cited document come the sentences its
     citations were located in, quoted, marked *(weak support)* when weak. All documents are
     listed, cited or not, so that Markdown's ordered list keeps the numbers of the markers (it
-    renumbers a list that skips). ``heading=None`` leaves the heading out.
+    renumbers a list that skips). ``heading=None`` leaves the heading out. ``style=`` (a CSL
+    style's name, such as ``"harvard-cite-them-right"``, or a ``.csl`` path; needs
+    ``citeformer[styles]``) shows a document whose metadata has an author, a date, a publisher
+    and the like as an entry in that style, as ``citeformer.render.to_markdown`` does.
     """
-    from citeformer.render import details, markdown_evidence, markdown_label, references
+    from citeformer.render import markdown_evidence, markdown_reference, references
 
     if not isinstance(answer, CitationAnswer):
         from citeformer.errors import InputTypeError
@@ -40,9 +49,8 @@ def render_markdown(answer: CitationAnswer, *, heading: str | None = "Sources") 
         lines.append("")
         if heading:
             lines += [f"**{heading}**", ""]
-        for ref in references(core_answer(answer), cited_only=False):
-            page = "".join(f", {detail}" for detail in details(ref, location=False))
-            lines.append(f"{ref.number}. {markdown_label(ref)}{page}")
+        for ref in references(core_answer(answer), cited_only=False, style=style):
+            lines.append(f"{ref.number}. {markdown_reference(ref, location=False)}")
             lines += ["   " + line for line in markdown_evidence(ref)]
     return "\n".join(lines) + "\n"
 

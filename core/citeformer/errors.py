@@ -14,6 +14,7 @@ The tree::
     │   └── ServerIgnoredGrammarError   a server returned a marker outside 1..N
     ├── CitationOutOfRangeError     a text names a source that was not given (parsing)
     ├── ModelLoadError              the embedded model or its package is missing
+    ├── MissingDependencyError      an optional package a feature needs (also an ImportError)
     └── ServerError                 a serving engine did not answer with a completion
         ├── ServerConnectionError   unreachable, or the connection was lost mid-answer
         └── ServerResponseError     an HTTP error status, with what the server said
@@ -64,6 +65,10 @@ class CitationOutOfRangeError(CiteformerError):
 
 class ModelLoadError(CiteformerError):
     """The embedded default model could not be found or loaded."""
+
+
+class MissingDependencyError(CiteformerError, ImportError):
+    """An optional package that a feature needs is not installed; the message says which extra."""
 
 
 class ServerError(CiteformerError):

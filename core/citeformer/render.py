@@ -3,12 +3,15 @@
 Each reference shows the source's title, its file or URL, its page and the sentences of it that
 the answer's citations were located in (``Citation.evidence``), so a reader can check a claim
 without opening the source. Titles, locations and pages come from a source's ``title`` and
-``metadata``; the metadata keys read are ``LOCATION_KEYS`` and ``page_label``/``page``.
+``metadata``; the metadata keys read are ``LOCATION_KEYS`` and ``page_label``/``page``. With
+``style=``, a source's bibliographic metadata is formatted as an entry in that CSL citation style
+(``citeformer.styles``), which takes the title's place.
 """
 
 from __future__ import annotations
 
 import html
+import os
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.styles import FORMATS, Entry, Run, entry_text, format_entries
 from citeformer.types import CitedAnswer, EvidenceSpan, Source
 
 LOCATION_KEYS = ("path", "source", "file_name", "url")
@@ -58,6 +62,11 @@ class Reference:
     """The located spans of the source that the answer's citations rest on, each once, in order
     of first citation."""
 
+    entry: Entry | None = None
+    """The source's bibliographic entry in the ``style=`` asked for, shown instead of the title;
+    ``None`` without a style, or for a source without bibliographic metadata (the title is
+    shown)."""
+
 
 def references(
     answer: CitedAnswer,
@@ -65,11 +74,13 @@ def references(
     titles: Sequence[str | None] | None = None,
     locations: Sequence[str | None] | None = None,
     cited_only: bool = True,
+    style: str | os.PathLike[str] | None = None,
 ) -> list[Reference]:
     """One ``Reference`` per cited source (in order of first citation), or per source.
 
     ``titles`` and ``locations``, one entry per source of the answer, replace what the
-    metadata gives (``None`` in an entry keeps it).
+    metadata gives (``None`` in an entry keeps it). ``style``, a CSL style's name or the path of
+    a ``.csl`` file, fills in each reference's ``entry`` (see ``citeformer.styles``).
     """
     if not isinstance(answer, CitedAnswer):
         raise InputTypeError(
@@ -83,13 +94,21 @@ def references(
         span = citation.evidence
         if span is not None:
             found.setdefault((span.source_start, span.source_end), span)
-    numbers = answer.cited_ids if cited_only else range(1, len(answer.sources) + 1)
+    numbers = list(answer.cited_ids if cited_only else range(1, len(answer.sources) + 1))
+    entries: list[Entry | None] = (
+        format_entries(
+            [answer.sources[number - 1] for number in numbers], style,
+            titles=[titles[number - 1] for number in numbers],
+        )
+        if style is not None
+        else [None] * len(numbers)
+    )
     return [
         _reference(
             number, answer.sources[number - 1], titles[number - 1], locations[number - 1],
-            tuple(spans.get(number, {}).values()),
+            tuple(spans.get(number, {}).values()), entry,
         )
-        for number in numbers
+        for number, entry in zip(numbers, entries, strict=True)
     ]
 
 
@@ -116,6 +135,7 @@ def _reference(
     title: str | None,
     location: str | None,
     evidence: tuple[EvidenceSpan, ...],
+    entry: Entry | None,
 ) -> Reference:
     metadata = source.metadata
     location = _fold(location) or _first(metadata, LOCATION_KEYS)
@@ -134,6 +154,7 @@ def _reference(
         page=_page(metadata),
         snippet=_snippet(source.text),
         evidence=evidence,
+        entry=entry,
     )
 
 
@@ -198,8 +219,28 @@ def escape_markdown(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
+def markdown_reference(reference: Reference, *, location: bool = True) -> str:
+    """The reference's label, then its ``details`` after commas: the text of its list item."""
+    shown = details(reference, location=location)
+    label = _markdown_label(reference, followed=bool(shown))
+    return label + "".join(f", {escape_markdown(detail)}" for detail in shown)
+
+
 def markdown_label(reference: Reference) -> str:
-    """The reference's title (its text's start in quotes when untitled), linked to its URL."""
+    """The reference's title (its text's start in quotes when untitled), linked to its URL.
+
+    A reference with a styled ``entry`` shows the entry instead, italics as ``*...*`` and bold
+    as ``**...**``, its URL linked where the entry shows it, else after it.
+    """
+    return _markdown_label(reference, followed=False)
+
+
+def _markdown_label(reference: Reference, *, followed: bool) -> str:
+    if reference.entry:
+        return _entry_markup(
+            reference.entry, reference.url, escape_markdown, _markdown_formatting,
+            lambda url: f"<{url}>", followed=followed,
+        )
     if reference.title:
         label = escape_markdown(reference.title)
     else:
@@ -223,6 +264,7 @@ def to_markdown(
     locations: Sequence[str | None] | None = None,
     id_prefix: str = "ref",
     heading: str | None = "Sources",
+    style: str | os.PathLike[str] | None = None,
 ) -> str:
     """The answer with each ``[k]`` linked to its reference, then the cited sources.
 
@@ -234,18 +276,21 @@ def to_markdown(
     text and every source string are escaped, so neither can inject links or HTML.
     ``titles``/``locations`` (one entry per source) replace the metadata's; ``id_prefix`` makes
     the anchors unique when several answers share a page (``unique_id_prefix()``);
-    ``heading=None`` leaves the heading out.
+    ``heading=None`` leaves the heading out. ``style=``, a CSL style shipped with citeproc-py
+    (``"harvard-cite-them-right"``) or the path of a ``.csl`` file, shows each source that has
+    bibliographic metadata as an entry in that style in place of its title (see
+    ``citeformer.styles``); a source without keeps its title. Needs ``citeformer[styles]``.
     """
     prefix = _check_prefix(id_prefix)
-    refs = references(answer, titles=titles, locations=locations)
+    refs = references(answer, titles=titles, locations=locations, style=style)
     lines = [_link_markers(answer.text.strip(), escape_markdown, _markdown_marker(prefix))]
     if refs:
         lines.append("")
         if heading:
             lines += [f"**{escape_markdown(heading)}**", ""]
         for ref in refs:
-            item = f'- <a id="{prefix}-{ref.number}"></a>\\[{ref.number}\\] {markdown_label(ref)}'
-            lines.append(item + "".join(f", {escape_markdown(d)}" for d in details(ref)))
+            anchor = f'<a id="{prefix}-{ref.number}"></a>'
+            lines.append(f"- {anchor}\\[{ref.number}\\] {markdown_reference(ref)}")
             lines += ["  " + line for line in markdown_evidence(ref)]
     return "\n".join(lines) + "\n"
 
@@ -260,11 +305,79 @@ def details(ref: Reference, *, location: bool = True) -> list[str]:
     The location is left out when the label already shows it, or with ``location=False``.
     """
     shown = []
-    if location and ref.location and ref.location not in (ref.title, ref.url):
+    if location and ref.location and not _labelled(ref, ref.location):
         shown.append(ref.location)
     if ref.page:
         shown.append(f"page {ref.page}")
     return shown
+
+
+def _labelled(ref: Reference, text: str) -> bool:
+    # The label shows the URL in every case: as the title's link, or in or after the entry.
+    if ref.entry:
+        return text == ref.url or text in entry_text(ref.entry)
+    return text in (ref.title, ref.url)
+
+
+def _entry_markup(
+    entry: Entry,
+    url: str | None,
+    escape: Callable[[str], str],
+    formatting: Callable[[frozenset[str]], tuple[str, str]],
+    link: Callable[[str], str],
+    *,
+    followed: bool,
+) -> str:
+    # Every character of the entry is escaped; the only markup is what `formatting` and `link`
+    # give, the link only for the reference's checked http(s) URL.
+    appended = url is not None and url not in entry_text(entry)
+    if followed and not appended:
+        entry = _without_final_period(entry)
+    out = []
+    for run in entry:
+        core = run.text.strip()
+        lead = run.text[: len(run.text) - len(run.text.lstrip())]
+        trail = run.text[len(core) + len(lead):]
+        pieces = core.split(url) if url else [core]
+        body = link(url).join(map(escape, pieces)) if url else escape(core)
+        start, end = formatting(run.formats) if core else ("", "")
+        out.append(f"{escape(lead)}{start}{body}{end}{escape(trail)}")
+    if url and appended:
+        out.append(f" {link(url)}")
+    return "".join(out)
+
+
+def _without_final_period(entry: Entry) -> Entry:
+    # Details follow an entry after a comma, as they follow a title: "Available at: URL, page 3"
+    # rather than "URL., page 3". An ellipsis stays.
+    last = entry[-1] if entry else None
+    if last is None or not last.text.endswith(".") or last.text.endswith(".."):
+        return entry
+    return (*entry[:-1], Run(last.text[:-1], last.formats))
+
+
+def _markdown_formatting(formats: frozenset[str]) -> tuple[str, str]:
+    # Markdown has italics and bold only; underline, small capitals and the rest show as text.
+    marks = ("*" if "italic" in formats else "") + ("**" if "bold" in formats else "")
+    return marks, marks[::-1]
+
+
+_HTML_TAGS = {
+    "italic": ("<i>", "</i>"),
+    "bold": ("<b>", "</b>"),
+    "underline": ("<u>", "</u>"),
+    "small-caps": ('<span style="font-variant:small-caps">', "</span>"),
+    "superscript": ("<sup>", "</sup>"),
+    "subscript": ("<sub>", "</sub>"),
+}
+
+
+def _html_formatting(formats: frozenset[str]) -> tuple[str, str]:
+    names = [name for name in FORMATS if name in formats]
+    return (
+        "".join(_HTML_TAGS[name][0] for name in names),
+        "".join(_HTML_TAGS[name][1] for name in reversed(names)),
+    )
 
 
 def _link_markers(
@@ -291,16 +404,19 @@ def to_html(
     locations: Sequence[str | None] | None = None,
     id_prefix: str = "ref",
     heading: str | None = "Sources",
+    style: str | os.PathLike[str] | None = None,
 ) -> str:
     """``to_markdown``'s content as an HTML fragment: ``<div class="citeformer-answer">``.
 
     ``[2]`` becomes ``<a href="#ref-2">[2]</a>``; the references are an ``<ol>`` whose items
     keep their source numbers (``<li id="ref-2" value="2">``), each with its supporting
     sentences as ``<q>`` items. All answer and source text is escaped; only an http(s) URL
-    becomes an ``href``. The fragment is well-formed XML as well as HTML.
+    becomes an ``href``. The fragment is well-formed XML as well as HTML. ``style=`` formats
+    the references as ``to_markdown``'s does, with ``<i>``, ``<b>`` and the like for the
+    style's formatting.
     """
     prefix = _check_prefix(id_prefix)
-    refs = references(answer, titles=titles, locations=locations)
+    refs = references(answer, titles=titles, locations=locations, style=style)
 
     def marker(number: int) -> str:
         return f'<a class="citeformer-marker" href="#{prefix}-{number}">[{number}]</a>'
@@ -323,11 +439,25 @@ def _escape_html(text: str) -> str:
     return html.escape(text, quote=True)
 
 
+def _html_link(url: str, label: str | None = None) -> str:
+    """``url`` as a link around ``label`` (HTML already), else around the URL itself."""
+    return f'<a href="{_escape_html(url)}">{_escape_html(url) if label is None else label}</a>'
+
+
 def _html_reference(ref: Reference, prefix: str) -> str:
-    label = _escape_html(ref.title) if ref.title else f"&#8220;{_escape_html(ref.snippet)}&#8221;"
-    if ref.url:
-        label = f'<a href="{_escape_html(ref.url)}">{label}</a>'
-    shown = "".join(f", {_escape_html(detail)}" for detail in details(ref))
+    shown = details(ref)
+    if ref.entry:
+        label = _entry_markup(
+            ref.entry, ref.url, _escape_html, _html_formatting, _html_link, followed=bool(shown)
+        )
+    else:
+        label = (
+            _escape_html(ref.title) if ref.title
+            else f"&#8220;{_escape_html(ref.snippet)}&#8221;"
+        )
+        if ref.url:
+            label = _html_link(ref.url, label)
+    label += "".join(f", {_escape_html(detail)}" for detail in shown)
     quotes = "".join(
         f"<li><q>{_escape_html(' '.join(span.text.split()))}</q>"
         + (' <em class="citeformer-weak">(weak support)</em>' if span.weak else "")
@@ -335,4 +465,4 @@ def _html_reference(ref: Reference, prefix: str) -> str:
         for span in ref.evidence
     )
     evidence = f"<ul>{quotes}</ul>" if quotes else ""
-    return f'<li id="{prefix}-{ref.number}" value="{ref.number}">{label}{shown}{evidence}</li>'
+    return f'<li id="{prefix}-{ref.number}" value="{ref.number}">{label}{evidence}</li>'

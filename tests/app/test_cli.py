@@ -623,6 +623,62 @@ def test_a_corrupt_pdf_named_directly_exits_2(fake, tmp_path, capsys) -> None:
     assert out == "" and fake.loads == []
 
 
+def shipped_image_pdfs() -> Path:
+    """matplotlib's folder of toolbar icons: real one-page PDFs of drawings only, no text."""
+    matplotlib = pytest.importorskip("matplotlib")
+    folder = Path(matplotlib.get_data_path()) / "images"
+    if not (folder / "home.pdf").is_file():
+        pytest.skip(f"this matplotlib ships no {folder / 'home.pdf'}")
+    return folder
+
+
+@needs_pypdf
+def test_a_real_image_only_pdf_in_a_folder_is_skipped_with_a_warning(
+    fake, tmp_path, capsys
+) -> None:
+    icon = shipped_image_pdfs() / "home.pdf"
+    (tmp_path / "home.pdf").write_bytes(icon.read_bytes())
+    (tmp_path / "report.pdf").write_bytes(text_pdf(REPORT))
+    fake.say("In 1889 [1].")
+    code, out, err = run(capsys, "ask", "When?", "--docs", str(tmp_path), services=fake)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("citeformer: warning:")]
+    assert warnings == [
+        f"citeformer: warning: skipping {str(tmp_path / 'home.pdf')!r} has no extractable text "
+        "(1 page(s) of images or drawings, such as a scan); run OCR on it first, e.g. with "
+        "ocrmypdf"
+    ]
+    assert fake.request.n_sources > 0
+    assert all(s.metadata["path"].endswith("report.pdf") for s in fake.request.sources)
+    assert "In 1889" in out
+
+
+@needs_pypdf
+def test_a_real_image_only_pdf_named_directly_exits_2(fake, capsys) -> None:
+    icon = shipped_image_pdfs() / "home.pdf"
+    code, out, err = run(capsys, "ask", "When?", "--docs", str(icon), services=fake)
+    assert_clean_error(
+        code, err, 2, f"citeformer: error: {str(icon)!r} has no extractable text (1 page(s)",
+        "run OCR on it first",
+    )
+    assert out == "" and fake.loads == []
+
+
+@needs_pypdf
+def test_a_folder_of_only_image_pdfs_exits_2_after_a_warning_for_each(fake, capsys) -> None:
+    # matplotlib's icon folder as shipped: its PNG and SVG files are not documents, and every
+    # PDF is skipped, so nothing is left to answer from.
+    folder = shipped_image_pdfs()
+    icons = sorted(folder.glob("*.pdf"))
+    code, out, err = run(capsys, "ask", "When?", "--docs", str(folder), services=fake)
+    assert_clean_error(code, err, 2, "none of the documents could be read")
+    warnings = [line for line in err.splitlines() if line.startswith("citeformer: warning:")]
+    assert len(warnings) == len(icons)
+    for warning, icon in zip(warnings, icons, strict=True):
+        assert f"skipping {str(icon)!r} has no extractable text" in warning
+    assert out == "" and fake.loads == []
+
+
 def test_a_pdf_without_pypdf_says_what_to_install(fake, tmp_path, capsys, monkeypatch) -> None:
     import sys
 

@@ -76,14 +76,46 @@ def test_a_pdf_without_text_is_refused_with_advice() -> None:
 
 
 @needs_pypdf
-def test_a_real_image_only_pdf_shipped_by_matplotlib() -> None:
-    # matplotlib (a test dependency) ships its toolbar icons as PDFs made of drawings only.
+def test_the_real_image_only_pdfs_shipped_by_matplotlib() -> None:
+    # matplotlib (a test dependency) ships its toolbar icons as one-page PDFs of drawings only:
+    # files from a real writer, with compressed streams, that hold no text at all.
     matplotlib = pytest.importorskip("matplotlib")
-    icon = Path(matplotlib.get_data_path()) / "images" / "home.pdf"
-    if not icon.is_file():
-        pytest.skip(f"{icon} is not shipped by this matplotlib")
-    with pytest.raises(DocumentError, match="has no extractable text"):
-        pdf_to_text(icon.read_bytes(), str(icon))
+    icons = sorted((Path(matplotlib.get_data_path()) / "images").glob("*.pdf"))
+    if not icons:
+        pytest.skip("this matplotlib ships no PDF icons")
+    assert "home.pdf" in [icon.name for icon in icons]
+    for icon in icons:
+        with pytest.raises(DocumentError) as error:
+            pdf_to_text(icon.read_bytes(), str(icon))
+        assert str(error.value) == (
+            f"{str(icon)!r} has no extractable text (1 page(s) of images or drawings, such as a "
+            "scan); run OCR on it first, e.g. with ocrmypdf"
+        )
+
+
+@needs_pypdf
+@pytest.mark.parametrize("fonttype", [3, 42], ids=["type3-fonts", "truetype-fonts"])
+def test_a_pdf_written_by_matplotlib_is_read_page_by_page(fonttype: int) -> None:
+    # No installed package ships a PDF with text, so matplotlib's PDF backend writes one: a
+    # real writer's embedded fonts and compressed streams, unlike the hand-written test files.
+    pytest.importorskip("matplotlib")
+    import io
+
+    from matplotlib import rc_context
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    pages = ["The Eiffel Tower stands in Paris.", "It was completed on 31 March 1889."]
+    data = io.BytesIO()
+    with rc_context({"pdf.fonttype": fonttype}), PdfPages(data) as pdf:
+        for page in pages:
+            figure = Figure(figsize=(4, 2))  # not pyplot's: no GUI backend, no global figure
+            figure.text(0.05, 0.5, page)
+            pdf.savefig(figure)
+    text = pdf_to_text(data.getvalue(), "figures.pdf")
+    assert text.text == PAGE_BREAK.join(pages)
+    assert text.page_starts == (0, len(pages[0]) + len(PAGE_BREAK))
+    assert text.page_of(text.text.index("1889")) == 2
 
 
 @needs_pypdf

@@ -8,6 +8,7 @@ import pytest
 from langchain_core.documents import Document
 
 from citeformer import CitedAnswer, build_request, parse_citations
+from citeformer.errors import InvalidInputError
 from citeformer.testing import FakeGenerator
 from citeformer_langchain import CitationAnswer, render_markdown
 from citeformer_langchain.inputs import to_sources
@@ -84,3 +85,25 @@ def test_jupyter_shows_a_citation_answer_rendered() -> None:
     assert marker.get("href") == f"#{item.get('id')}"
     markdown = answer._repr_markdown_()
     assert "\\[1\\] reports/eiffel.pdf, page 5" in markdown and "bees.pdf" not in markdown
+
+
+def test_render_markdown_formats_entries_in_a_citation_style() -> None:
+    docs = [
+        Document(page_content="Bees dance to show where flowers are.",
+                 metadata={"title": "Bees and wasps", "author": "Doe, Jane and Roe, Ann",
+                           "date": "2021-05-03", "source": "https://example.org/bees", "page": 2}),
+        *DOCS[1:],
+    ]
+    answer = CitationAnswer.from_cited_answer(cited("Bees dance [1].", docs), docs)
+    assert render_markdown(answer, heading=None, style="harvard-cite-them-right").splitlines() == [
+        "Bees dance [1].",
+        "",
+        "1. Doe, J. and Roe, A. (2021) *Bees and wasps*. Available at:"
+        " <https://example.org/bees>, page 3",
+        # Documents without bibliographic metadata keep their plain labels.
+        "2. notes/big\\_ben.md",
+        '3. "The Colosseum is in Rome, and it is very old indeed, older than both of the…"',
+    ]
+    assert render_markdown(answer, style=None) == render_markdown(answer)
+    with pytest.raises(InvalidInputError, match="style='apa' is not a CSL style"):
+        render_markdown(answer, style="apa")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,11 +32,14 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from citeformer import CiteGenerator, GenerationRequest
 from citeformer.errors import EmptySourceError, PromptTooLongError
+from citeformer.render import escape_markdown
 from citeformer_llamaindex import (
     PARENT_END_KEY,
     PARENT_START_KEY,
     CitationSynthesizer,
     MiniLMEmbedding,
+    render_html,
+    render_markdown,
 )
 
 pytestmark = pytest.mark.integration
@@ -329,3 +333,51 @@ def test_quotes_only_quotes_come_back_in_their_nodes_and_documents(
         assert " ".join(original.split()) == quote["text"]
         document = DOCUMENTS[node.ref_doc_id]
         assert document[quote["document_start"]:quote["document_end"]] == original
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def test_a_real_answer_renders_with_file_page_and_supporting_sentences(
+    generator: CiteGenerator,
+) -> None:
+    pages = {"eiffel": "12", "everest": "iv", "python": "3"}
+    nodes = [
+        NodeWithScore(node=TextNode(id_=name, text=DOCUMENTS[name], metadata={
+            "file_name": f"{name}.pdf", "page_label": label}), score=1.0)
+        for name, label in pages.items()
+    ]
+    response = synthesizer(generator).synthesize("Who designed the Eiffel Tower?", nodes)
+    assert_lined_up(response)
+    citations = response.metadata["citations"]
+    cited = list(dict.fromkeys(c["node_id"] for c in citations))
+
+    markdown = render_markdown(response)
+    body, _, references = markdown.partition("**Sources**")
+    assert body.count("](#ref-") == len(citations)
+    for c in citations:
+        assert f"[[{c['source_id']}]](#ref-{c['source_id']})" in body
+    heads = [line for line in references.strip().splitlines() if line.startswith("- ")]
+    assert len(heads) == len(cited)
+    for head, node_id in zip(heads, cited, strict=True):
+        number = [n.node.node_id for n in response.source_nodes].index(node_id) + 1
+        assert head.startswith(f'- <a id="ref-{number}"></a>')
+        assert head.endswith(f"{node_id}.pdf, page {pages[node_id]}")
+    for name in pages.keys() - set(cited):
+        assert f"{name}.pdf" not in markdown
+    for c in citations:
+        span = c["evidence"]
+        assert span is not None, "lexical evidence, the default here, locates every citation"
+        text = response.source_nodes[c["source_id"] - 1].node.get_content()
+        assert text[span["source_start"]:span["source_end"]] == span["text"]
+        assert f'"{escape_markdown(" ".join(span["text"].split()))}"' in references
+
+    root = ET.fromstring(render_html(response))
+    items = [li for li in root.iter("li") if li.get("id")]
+    assert [li.get("id") for li in items] == [
+        f"ref-{[n.node.node_id for n in response.source_nodes].index(i) + 1}" for i in cited
+    ]
+    for li, node_id in zip(items, cited, strict=True):
+        assert "".join(li.itertext()).startswith(f"{node_id}.pdf, page {pages[node_id]}")
+    hrefs = [a.get("href") for a in root.iter("a") if a.get("class") == "citeformer-marker"]
+    assert hrefs == [f"#ref-{c['source_id']}" for c in citations]

@@ -5,8 +5,9 @@
 
 No generation: the answers are those a benchmark run stored (``results/readability_test.json``
 if present, else ``readability_dev.json``, else ``quality.json``, every arm or system, each
-distinct answer text once). Each answer's markers are parsed (``citeformer.parse_citations``)
-and their spans located again (``citeformer.spans.with_evidence``) against the item's passages.
+distinct answer text once; the ``unconstrained`` arm left out). Each answer's markers are parsed
+(``citeformer.parse_citations``) and their spans located again (``citeformer.spans.with_evidence``)
+against the item's passages.
 Per question set it reports:
 
 - ``gold_span_has_answer``: of the citations whose marker names a gold passage, the share whose
@@ -62,11 +63,14 @@ def stored_answers(
 
 
 def _records(data: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    # readability_*.json: sets -> arm -> records; quality.json: records -> group -> list.
+    # readability_*.json: sets -> arm -> records; quality.json: records -> group -> list. The
+    # unconstrained arm is the model without citeformer's grammar: its markers may name sources
+    # that do not exist, and its answers are not citeformer's.
     if "sets" in data:
         for arms in data["sets"].values():
-            for arm in arms.values():
-                yield from arm.get("records", [])
+            for name, arm in arms.items():
+                if name != "unconstrained":
+                    yield from arm.get("records", [])
     else:
         for group in data.get("records", {}).values():
             yield from group

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from citeformer import CiteGenerator
+from citeformer.types import CitedAnswer
 
 if TYPE_CHECKING:
     from tests.server.llama_server import LlamaServer
@@ -31,3 +32,48 @@ def llama_server() -> Iterator[LlamaServer]:
     finally:
         server.stop()
         server.log.unlink(missing_ok=True)
+
+
+# Every answer assembled in a test that runs a real model, server or notebook kernel has the
+# evidence span of each citation checked where the answer is made: the span is the source's text
+# at its offsets. Counted for the run's summary, so a suite that checked nothing shows it.
+_SPANS_CHECKED = {"answers": 0, "citations": 0}
+
+
+def check_evidence_offsets(answer: CitedAnswer) -> int:
+    """Assert ``source.text[start:end] == span.text`` for every located citation; how many."""
+    checked = 0
+    for citation in answer.citations:
+        span = citation.evidence
+        if span is None:
+            continue
+        text = answer.source_for(citation).text
+        assert text[span.source_start:span.source_end] == span.text, (
+            f"evidence of [{citation.source_id}] in {answer.text!r} is {span!r}, but the source "
+            f"holds {text[span.source_start:span.source_end]!r} at those offsets"
+        )
+        checked += 1
+    return checked
+
+
+@pytest.fixture(autouse=True)
+def _evidence_round_trip(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("integration") is None:
+        return
+    made = CitedAnswer.__init__
+
+    def checked_init(self: CitedAnswer, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        located = check_evidence_offsets(self)
+        _SPANS_CHECKED["answers"] += bool(located)
+        _SPANS_CHECKED["citations"] += located
+
+    monkeypatch.setattr(CitedAnswer, "__init__", checked_init)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _SPANS_CHECKED["answers"]:
+        terminalreporter.write_line(
+            f"evidence offsets round-tripped: {_SPANS_CHECKED['citations']} citations in "
+            f"{_SPANS_CHECKED['answers']} answers of integration tests"
+        )

@@ -26,8 +26,9 @@ much of the claim's wording (set from the benchmark set: see benchmarks/README.m
 PAIR_GAIN = 0.15
 """A pair of sentences is chosen over its better sentence only when it scores this much more."""
 
-# A sentence ends at . ! or ? followed by white space, or at a paragraph break.
-_BREAK = re.compile(r"(?<=[.!?])[\"')\]]*\s+|\n\s*\n")
+# A sentence ends at . ! or ? followed by white space, at a full-width 。！？ (Chinese and
+# Japanese put no space after them), or at a paragraph break.
+_BREAK = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])[」』）]*\s*|\n\s*\n")
 _GROUP_GAP = re.compile(r"\s*")
 
 

@@ -74,3 +74,30 @@ def test_bad_evidence_values_raise_before_generating(default_generator: CiteGene
         default_generator.generate(QUESTION, SOURCES, evidence="bm25", constrained=False)
     with pytest.raises(TypeError, match="evidence must be None, a name"):
         default_generator.stream(QUESTION, SOURCES, evidence=1.5)  # type: ignore[arg-type]
+
+
+MULTIBYTE = [
+    Source("Le café « Flore » ouvrit en 1887 à Paris. Ses habitués écrivaient là. "
+           "Zürich’s Café Odeon opened in 1911 — a favourite of writers 🖋.", title="Cafés"),
+    Source("東京タワーは1958年に完成した。高さは333メートルである。"
+           " Tokyo Tower was completed in 1958 and is 333 m tall.", title="Tokyo"),
+]
+
+
+def test_evidence_spans_of_multibyte_sources_are_character_offsets(
+    default_generator: CiteGenerator,
+) -> None:
+    from tests.conftest import check_evidence_offsets
+
+    for question in ("When was Tokyo Tower completed?", "When did the Café Odeon open?"):
+        answer = default_generator.generate(question, MULTIBYTE, max_new_tokens=40)
+        print(repr(answer.text), [c.evidence for c in answer.citations])
+        assert answer.citations and all(c.evidence is not None for c in answer.citations)
+        assert check_evidence_offsets(answer) == len(answer.citations)
+        for citation in answer.citations:
+            span = citation.evidence
+            assert span is not None
+            source = answer.source_for(citation).text
+            # Offsets count characters, not UTF-8 bytes: the byte offsets of a span after the
+            # first non-ASCII character differ.
+            assert source.index(span.text) == span.source_start

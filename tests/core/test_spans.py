@@ -88,3 +88,10 @@ def test_multibyte_offsets_are_character_offsets() -> None:
     assert span is not None
     assert EIFFEL.text[span.source_start:span.source_end] == span.text
     assert span.text.startswith("Élan")
+
+
+def test_full_width_stops_end_sentences() -> None:
+    text = "東京タワーは1958年に完成した。「高さは333メートル。」 Tokyo Tower is 333 m tall."
+    assert [text[s:e] for s, e in sentence_spans(text)] == [
+        "東京タワーは1958年に完成した。", "「高さは333メートル。」", "Tokyo Tower is 333 m tall.",
+    ]

@@ -8,7 +8,9 @@ default): ``plain`` is the grammar and decoding before the readability levers (a
 follow punctuation: no readability processor), ``default`` what ``generate`` does now, the others
 one lever changed from the default. Each arm's answers are measured with the benchmark's own
 metrics (``citebench.metrics``); the table and every answer go to
-``benchmarks/results/readability_<split>.json``. Greedy decoding, evidence ``"lexical"`` for all,
+``benchmarks/results/readability_<split>.json``, written after every arm; arms stored there by an
+earlier run with the same split, policy and token budget are kept unless run again (``--fresh``
+drops them). Greedy decoding, evidence ``"lexical"`` (the default) unless the arm says otherwise,
 decoded in batches (``CiteGenerator.answer_batch``; tokens/s is then per question of a batch).
 """
 
@@ -18,7 +20,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from citebench.data import load_dataset  # noqa: E402
 from citebench.metrics import measure, summarize  # noqa: E402
 
 from citeformer import CiteGenerator, Policy, build_request  # noqa: E402
+from citeformer.evidence import DEFAULT_LEXICAL_WEIGHT, LexicalEvidence  # noqa: E402
 from citeformer.readability import OFF, Readability  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -40,13 +43,20 @@ ARMS: dict[str, dict[str, Any]] = {
     "cite-after-punctuation": {"readability": replace(DEFAULT, cite_after_punctuation=True)},
     "no-end-intent": {"readability": replace(DEFAULT, end_intent=False)},
     "no-repeat-block": {"readability": replace(DEFAULT, no_repeat_ngram=0)},
+    "no-word-repeat": {"readability": replace(DEFAULT, no_repeat_words=0)},
+    "no-repeat-blocks": {"readability": replace(DEFAULT, no_repeat_ngram=0, no_repeat_words=0)},
     "no-number-copy": {"readability": replace(DEFAULT, number_penalty=0.0)},
+    "no-period-after-marker": {"readability": replace(DEFAULT, period_after_marker=False)},
     "no-end-bias": {"readability": replace(DEFAULT, end_bias=0.0)},
     "auto-support": {"readability": replace(DEFAULT, auto_cite_support=0.5)},
     "end-bias-1": {"readability": replace(DEFAULT, end_bias=1.0)},
     "end-bias-3": {"readability": replace(DEFAULT, end_bias=3.0)},
     "repeat-4": {"readability": replace(DEFAULT, no_repeat_ngram=4)},
     "period-only": {"sentence_ends": "."},
+    "no-wrap-up": {"readability": replace(DEFAULT, wrap_up_words=0)},
+    "wrap-up-8": {"readability": replace(DEFAULT, wrap_up_words=8)},
+    "evidence-embedding": {"evidence": "embedding"},
+    "evidence-x2": {"evidence": LexicalEvidence(weight=2 * DEFAULT_LEXICAL_WEIGHT)},
     "off": {"readability": OFF},
 }
 
@@ -69,6 +79,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=8,
                         help="rows decoded together (answer_batch); greedy answers as generate's")
+    parser.add_argument("--fresh", action="store_true", help="drop the arms stored before")
+    parser.add_argument("--out", default=None,
+                        help="file written in benchmarks/results (readability_<split>.json)")
     args = parser.parse_args(argv)
 
     import torch
@@ -76,11 +89,14 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     gen = CiteGenerator.default(progress=False)
     policy = Policy.coerce(args.policy)
+    out = RESULTS / (args.out or f"readability_{args.split}.json")
     results: dict[str, Any] = {"split": args.split, "policy": policy.value,
                                "max_new_tokens": args.max_new_tokens, "sets": {}}
+    if not args.fresh and args.limit is None:
+        results["sets"] = _stored_arms(out, results)
     for dataset in args.datasets:
         items = [i for i in load_dataset(dataset) if i.split == args.split][: args.limit]
-        table: dict[str, Any] = {}
+        table: dict[str, Any] = results["sets"].setdefault(dataset, {})
         for arm in args.arms:
             records = []
             requests = [
@@ -97,16 +113,34 @@ def main(argv: list[str] | None = None) -> None:
                               generated_tokens=answer.generated_tokens, seconds=seconds)
                 records.append(record)
             summary = summarize(records)
-            table[arm] = {"summary": summary, "records": records}
+            table[arm] = {"settings": _settings(requests[0]), "summary": summary,
+                          "records": records}
             print(f"{dataset:12} {arm:16} " + "  ".join(
                 f"{label} {_value(summary[key])}" for key, label in COLUMNS
             ) + f"  numbers-not-in-sources {summary['unsupported_numbers']}"
               + f"  tok/s {summary['tokens_per_second'].get('median', 0):.1f}", flush=True)
-        results["sets"][dataset] = table
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"readability_{args.split}.json"
-    out.write_text(json.dumps(results, indent=1, default=str))
+            RESULTS.mkdir(exist_ok=True)
+            out.write_text(json.dumps(results, indent=1, default=str))
     print(f"wrote {out}")
+
+
+def _settings(request: Any) -> dict[str, Any]:
+    """What an arm ran with, stored beside its answers so an older run stays readable."""
+    return {
+        "constrained": request.constrained,
+        "readability": asdict(request.readability) if request.readability else None,
+        "evidence": repr(request.evidence),
+        "sentence_ends": request.grammar.sentence_ends,
+    }
+
+
+def _stored_arms(path: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """The arms a run with the same settings stored in ``path``; none when they differ."""
+    if not path.exists():
+        return {}
+    stored = json.loads(path.read_text())
+    same = all(stored.get(key) == settings[key] for key in ("split", "policy", "max_new_tokens"))
+    return dict(stored.get("sets", {})) if same else {}
 
 
 def _value(rate: Any) -> str:

@@ -286,7 +286,7 @@ def _constraints(gen: CiteGenerator, row: Prepared, stop: Sequence[int]) -> RowC
         return RowConstraints()
     before, steer = readability_processors(
         request.readability, request.policy, request.question, request.sources,
-        gen.tokenizer_info, request.evidence, stop,
+        gen.tokenizer_info, request.evidence, stop, request.grammar.max_sentence_words,
     )
     after: list[LogitsProcessor] = []
     if request.quotable_chars is not None:

@@ -12,6 +12,12 @@ verbatim quotes are untouched:
 - repeat block: a token that would repeat an n-gram the answer has already written (the answer
   only, never the prompt: copying from the sources is what we want) is removed, as long as
   another token remains.
+- word repeat block: the same for a word n-gram (markers left out, case folded), the unit a
+  reader notices: ``... is a function that executes [1]. It is a function that executes ...``.
+- period after a marker: a cited sentence ends with ``.``; ``!`` and ``?`` after a cite-group
+  were a small model's escape to go on writing.
+- wrap up: near the grammar's sentence bound, citing where a word ends becomes likely, so a long
+  sentence is not cut by a forced marker after a comma.
 - number copy: a digit that would start or continue a number that no source (and not the
   question) holds is penalised, so numbers are copied rather than invented.
 """
@@ -41,6 +47,10 @@ class Readability:
     no_repeat_ngram: int = 6
     """Block a token that repeats an n-gram of this many tokens already in the answer (0: off)."""
 
+    no_repeat_words: int = 5
+    """Block a token that would make the answer repeat a word n-gram of this many words (markers
+    left out, case folded) that it already holds (0: off)."""
+
     number_penalty: float = 8.0
     """Logit penalty for a digit that makes a number no source holds (0: off)."""
 
@@ -49,12 +59,24 @@ class Readability:
     included), so a sentence is cited where a word ends, not mid-phrase (``..., which is [4].``),
     unless nothing else is left (the sentence bound)."""
 
+    period_after_marker: bool = True
+    """After a cite-group the sentence ends with ``.``, not ``!`` or ``?``, which a small model
+    uses as an escape to go on writing (``... [2]! This is ...``)."""
+
     end_bias: float = 1.0
     """Logit bonus for ending the answer right after a cited sentence, per cited sentence
     already written (0: off): a complete answer stays a cheap place to stop."""
 
+    wrap_up_words: int = 4
+    """``REQUIRED``: in the last this many words before the grammar's sentence bound, raise the
+    marker openers (``wrap_up_bias`` logits per word) where the answer ends in a word, so a long
+    sentence is cited at a word end before the bound forces a marker mid-phrase (0: off)."""
+
+    wrap_up_bias: float = 1.0
+    """Logits per word past the ``wrap_up_words`` threshold."""
+
     def __post_init__(self) -> None:
-        for flag in ("end_intent", "cite_after_punctuation"):
+        for flag in ("end_intent", "cite_after_punctuation", "period_after_marker"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(
                     f"{flag} must be True or False, got {getattr(self, flag)!r}"
@@ -64,14 +86,18 @@ class Readability:
                 f"auto_cite_support must be between 0 and 1 or None, got "
                 f"{self.auto_cite_support!r}"
             )
+        for name in ("no_repeat_ngram", "no_repeat_words"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value == 1:
+                raise InvalidInputError(f"{name} must be 0 (off) or an int >= 2, got {value!r}")
         if (
-            isinstance(self.no_repeat_ngram, bool) or not isinstance(self.no_repeat_ngram, int)
-            or self.no_repeat_ngram < 0 or self.no_repeat_ngram == 1
+            isinstance(self.wrap_up_words, bool) or not isinstance(self.wrap_up_words, int)
+            or self.wrap_up_words < 0
         ):
             raise InvalidInputError(
-                f"no_repeat_ngram must be 0 (off) or an int >= 2, got {self.no_repeat_ngram!r}"
+                f"wrap_up_words must be an int >= 0 (0: off), got {self.wrap_up_words!r}"
             )
-        for name in ("number_penalty", "end_bias"):
+        for name in ("number_penalty", "end_bias", "wrap_up_bias"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                 math.isfinite(value) and value >= 0
@@ -80,7 +106,8 @@ class Readability:
 
 
 OFF = Readability(
-    end_intent=False, auto_cite_support=None, no_repeat_ngram=0, number_penalty=0.0,
-    cite_after_punctuation=True, end_bias=0.0,
+    end_intent=False, auto_cite_support=None, no_repeat_ngram=0, no_repeat_words=0,
+    number_penalty=0.0, cite_after_punctuation=True, period_after_marker=False, end_bias=0.0,
+    wrap_up_words=0,
 )
 """Every readability processor turned off."""

@@ -19,6 +19,15 @@ from citeformer.readability import Readability
 from citeformer.types import Policy, Source
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# A word as the answer's readers count it: letters, digits, apostrophes and hyphens; a marker
+# (``[2]``, ``[1, 3]``) is no word.
+_WORD = re.compile(r"[\w'-]+")
+_MARKER = re.compile(r"\[[^\[\]\n]{0,24}\]")
+# Where the grammar starts a new sentence: after a cite-group and its terminator.
+_SENTENCE_END = re.compile(r"\][.!?]")
+# The end of a word a sentence can be cited after: a letter, digit or closing quote or bracket.
+_ENDS_A_WORD = re.compile(r"[\w\"'`)\u2019\u201d]$")
+_WORD_START = re.compile(r"([^\w'-]*)([\w'-]+)(.*)", flags=re.DOTALL)
 
 
 class TokenClasses:
@@ -29,6 +38,8 @@ class TokenClasses:
         """Raw bytes of every token, by token id."""
         self.enders = _ids(decoded_vocab, lambda raw: raw[:1] in (b".", b"!", b"?"))
         """Tokens that begin with a sentence terminator."""
+        self.loud_enders = _ids(decoded_vocab, lambda raw: raw[:1] in (b"!", b"?"))
+        """Tokens that begin with ``!`` or ``?``."""
         self.openers = _ids(decoded_vocab, lambda raw: raw.lstrip(b" ").startswith(b"["))
         """Tokens that open a marker (``[``, `` [``)."""
         digit_ids = _ids(decoded_vocab, lambda raw: raw.lstrip(b" ")[:1].isdigit())
@@ -44,6 +55,17 @@ class TokenClasses:
             if not raw or re.search(rb"[\[\]0-9]", raw)
         }
         """Tokens the repeat block never removes: markers, digits, special tokens."""
+        self.word_parts = _word_parts(decoded_vocab)
+        """Tokens by the (case-folded) word their text begins with: ``(id, glued, ends)``, where
+        ``glued`` says the word part starts the token (it continues a word the answer ends in)
+        and ``ends`` that the token closes that word itself."""
+        self.word_closers = {
+            token_id for token_id, raw in enumerate(decoded_vocab)
+            if raw and b"[" not in raw and b"]" not in raw
+            and not _WORD.match(raw.decode("utf-8", errors="replace"))
+        }
+        """Tokens that close a word the answer ends in (they begin with a space or punctuation),
+        marker brackets left out."""
 
     _cache: dict[int, tuple[Any, TokenClasses]] = {}
 
@@ -55,6 +77,28 @@ class TokenClasses:
             cached = (tokenizer_info, cls(tokenizer_info.decoded_vocab))
             cls._cache[id(tokenizer_info)] = cached
         return cached[1]
+
+
+def _word_parts(vocab: Sequence[bytes]) -> dict[str, list[tuple[int, bool, bool]]]:
+    parts: dict[str, list[tuple[int, bool, bool]]] = {}
+    for token_id, raw in enumerate(vocab):
+        text = raw.decode("utf-8", errors="replace")
+        match = _WORD_START.match(text)
+        if match is None or "[" in match.group(1):
+            continue
+        lead, word, rest = match.groups()
+        parts.setdefault(word.lower(), []).append((token_id, not lead, bool(rest)))
+    return parts
+
+
+def _remove(scores: torch.FloatTensor, ids: torch.Tensor) -> torch.FloatTensor:
+    """``scores`` with ``ids`` removed (-inf), unless that would leave no token at all."""
+    ids = ids.to(scores.device)
+    kept = scores[0, ids].clone()
+    scores[0, ids] = float("-inf")
+    if not torch.isfinite(scores).any():
+        scores[0, ids] = kept
+    return scores
 
 
 def _ids(vocab: Sequence[bytes], keep: Any) -> torch.Tensor:
@@ -171,12 +215,26 @@ class CiteAfterWordProcessor(_AnswerReader):
         ids = [self._tokens.glued_openers]
         if re.search(rb"[,;:(] ?$", self._read(input_ids)):
             ids.append(self._tokens.openers)
-        blocked = torch.cat(ids).to(scores.device)
-        kept = scores[0, blocked].clone()
-        scores[0, blocked] = float("-inf")
-        if not torch.isfinite(scores).any():
-            scores[0, blocked] = kept
-        return scores
+        return _remove(scores, torch.cat(ids))
+
+
+class PeriodAfterMarkerProcessor(_AnswerReader):
+    """After a cite-group, a sentence ends with ``.``: ``!`` and ``?`` are removed there.
+
+    A small model used them as an escape to go on writing (``... [2]! This is not a typo, but
+    ...``); a cited answer states, it does not exclaim or ask. Only while another token remains.
+    """
+
+    def __init__(self, tokens: TokenClasses) -> None:
+        super().__init__(tokens.vocab)
+        self._loud = tokens.loud_enders
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        if not self._read(input_ids).endswith(b"]"):
+            return scores
+        return _remove(scores, self._loud)
 
 
 class RepeatBlockProcessor(LogitsProcessor):
@@ -205,12 +263,75 @@ class RepeatBlockProcessor(LogitsProcessor):
         }
         if not blocked:
             return scores
-        ids = torch.tensor(sorted(blocked), dtype=torch.long, device=scores.device)
-        kept = scores[0, ids].clone()
-        scores[0, ids] = float("-inf")
-        if not torch.isfinite(scores).any():
-            scores[0, ids] = kept
-        return scores
+        return _remove(scores, torch.tensor(sorted(blocked), dtype=torch.long))
+
+
+class WordRepeatBlockProcessor(_AnswerReader):
+    """Removes tokens that would make the answer say a word n-gram it has already said.
+
+    Words are counted as a reader counts them (markers left out, case folded), so
+    ``... the default encoding for strings [1]. It is the default encoding for ...`` is caught
+    where a token n-gram block, fooled by a different split or a marker in between, is not. A
+    token is removed when the word it begins, continues or closes would complete an n-gram that
+    the answer already holds; the sources are never counted, ending the answer (``stop_ids``) is
+    never blocked, and at least one token is kept.
+    """
+
+    def __init__(self, n: int, tokens: TokenClasses, stop_ids: Sequence[int] = ()) -> None:
+        super().__init__(tokens.vocab)
+        self._n = n
+        self._parts = tokens.word_parts
+        self._closers = tokens.word_closers - set(stop_ids)  # ending is always allowed
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        text = _MARKER.sub(" ", self._read(input_ids).decode("utf-8", errors="replace"))
+        words = [w.lower() for w in _WORD.findall(text)]
+        blocked: set[int] = set()
+        if text and _WORD.fullmatch(text[-1]):
+            # The answer ends inside a word: the next token continues it, or closes it and
+            # perhaps begins the next one.
+            *before, partial = words
+            for word in self._said(before):
+                if word == partial:
+                    blocked |= self._closers
+                elif word.startswith(partial):
+                    blocked |= self._writing(word[len(partial):], glued=True)
+            for word in self._said(words):
+                blocked |= self._writing(word, glued=False)
+        else:
+            for word in self._said(words):
+                blocked |= self._writing(word, glued=None)
+        if not blocked:
+            return scores
+        return _remove(scores, torch.tensor(sorted(blocked), dtype=torch.long))
+
+    def _said(self, words: list[str]) -> set[str]:
+        """The words that followed the answer's last ``n - 1`` words where it wrote them before."""
+        n = self._n
+        context = words[len(words) - (n - 1):]
+        if len(context) < n - 1:
+            return set()
+        return {
+            words[i + n - 1] for i in range(len(words) - n + 1) if words[i:i + n - 1] == context
+        }
+
+    def _writing(self, word: str, *, glued: bool | None) -> set[int]:
+        """Tokens that write ``word`` or may go on to it.
+
+        A token's word part is the whole of it, or a start of it that the token leaves open.
+        ``glued``: only tokens whose word part starts the token (``True``), only those after a
+        space or punctuation (``False``), any (``None``).
+        """
+        found = set()
+        for end in range(1, len(word) + 1):
+            for token_id, starts, closes in self._parts.get(word[:end], ()):
+                if glued is not None and starts != glued:
+                    continue
+                if end == len(word) or not closes:
+                    found.add(token_id)
+        return found
 
 
 class NumberCopyProcessor(_AnswerReader):
@@ -252,6 +373,36 @@ class NumberCopyProcessor(_AnswerReader):
         return scores
 
 
+class WrapUpProcessor(_AnswerReader):
+    """Near the grammar's sentence bound, makes citing where a word ends the likely choice.
+
+    A sentence that reaches ``bound`` words must take a marker whatever it last wrote, often a
+    comma (``..., which means that the interpreter, [4].``). Once the sentence holds
+    ``bound - words`` words, while the answer ends in a word, the marker openers gain ``bias``
+    logits, and ``bias`` more with each further word, so the sentence is cited at a word end
+    before the bound forces it mid-phrase.
+    """
+
+    def __init__(self, tokens: TokenClasses, bound: int, words: int, bias: float) -> None:
+        super().__init__(tokens.vocab)
+        self._openers = tokens.openers
+        self._start = max(1, bound - words)
+        self._bias = bias
+
+    def __call__(  # noqa: D102
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor
+    ) -> torch.FloatTensor:
+        text = self._read(input_ids).decode("utf-8", errors="replace")
+        sentence = _SENTENCE_END.split(text)[-1].lstrip(" ")
+        if "[" in sentence or not _ENDS_A_WORD.search(sentence):
+            return scores
+        past = sentence.count(" ") + 2 - self._start
+        if past > 0:
+            openers = self._openers.to(scores.device)
+            scores[0, openers] += self._bias * past
+        return scores
+
+
 class EndBiasProcessor(_AnswerReader):
     """Raises the end-of-answer tokens right after a cited sentence, more with each one."""
 
@@ -283,8 +434,12 @@ def readability_processors(
     tokenizer_info: Any,
     evidence: Evidence | None,
     stop_ids: Sequence[int] = (),
+    sentence_words: int | None = None,
 ) -> tuple[list[LogitsProcessor], list[LogitsProcessor]]:
-    """The processors of one constrained call: (before the masks, after the masks)."""
+    """The processors of one constrained call: (before the masks, after the masks).
+
+    ``sentence_words`` is the grammar's bound on a sentence's words (``max_sentence_words``).
+    """
     tokens = TokenClasses.of(tokenizer_info)
     before: list[LogitsProcessor] = []
     after: list[LogitsProcessor] = []
@@ -298,11 +453,19 @@ def readability_processors(
         after.append(EndIntentProcessor(raw, tokens, support=support, threshold=threshold))
     if not settings.cite_after_punctuation:
         after.append(CiteAfterWordProcessor(tokens))
+    if settings.period_after_marker:
+        after.append(PeriodAfterMarkerProcessor(tokens))
     if settings.number_penalty:
         texts = [question, *(s.text for s in sources)]
         after.append(NumberCopyProcessor(tokens, texts, settings.number_penalty))
     if settings.no_repeat_ngram:
         after.append(RepeatBlockProcessor(settings.no_repeat_ngram, tokens.exempt))
+    if settings.no_repeat_words:
+        after.append(WordRepeatBlockProcessor(settings.no_repeat_words, tokens, stop_ids))
+    if settings.wrap_up_words and sentence_words and policy is Policy.REQUIRED:
+        after.append(WrapUpProcessor(
+            tokens, sentence_words, settings.wrap_up_words, settings.wrap_up_bias
+        ))
     if settings.end_bias and stop_ids:
         after.append(EndBiasProcessor(tokens.vocab, stop_ids, settings.end_bias))
     return before, after

@@ -44,11 +44,12 @@ def test_stored_answers_reads_the_first_file_there_is(tmp_path: Path) -> None:
     )
 
 
-# Measured on the stored held-out answers (results/readability_test.json, every citeformer arm):
-# the span holds the gold answer in 100% of gold citations of the encyclopedic set and 73% of
-# the technical one, where a reference-manual passage often states the answer in a sentence
-# other than the one sharing the claim's words. The floors sit a little below.
-SPAN_FLOORS = {"encyclopedic": 0.95, "technical": 0.70}
+# Measured on the stored held-out answers (results/readability_test.json, the distinct answers of
+# every citeformer arm; `python benchmarks/spans.py --answers readability_test.json`): the span
+# holds the gold answer in 100% (43/43) of gold citations of the encyclopedic set and 71%
+# (158/224) of the technical one, where a claim often does not state the answer the passage
+# holds elsewhere (the span follows the claim's words). The floors sit a little below.
+SPAN_FLOORS = {"encyclopedic": 0.95, "technical": 0.65}
 
 
 def test_spans_of_the_held_out_answers_hold_the_gold_answer() -> None:

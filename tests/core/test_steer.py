@@ -15,9 +15,12 @@ from citeformer.steer import (
     EndBiasProcessor,
     EndIntentProcessor,
     NumberCopyProcessor,
+    PeriodAfterMarkerProcessor,
     RawScores,
     RepeatBlockProcessor,
     TokenClasses,
+    WordRepeatBlockProcessor,
+    WrapUpProcessor,
     readability_processors,
 )
 from citeformer.types import Policy
@@ -137,6 +140,70 @@ def test_repeat_block_spares_markers_and_keeps_one_token() -> None:
     assert out[TOKEN[" the"]] == 1.0  # the only token left is kept
 
 
+WORDS = [
+    b"<eos>", b"It", b" It", b" it", b" is", b" the", b" The", b" default", b" encod", b"ing",
+    b" for", b" strings", b" str", b"ings", b"s", b" [", b"1", b"]", b".", b" ", b" bytes",
+    b" (the", b"ings.",
+]
+WORD = {raw.decode(): index for index, raw in enumerate(WORDS)}
+WORD_TOKENS = TokenClasses(WORDS)
+
+
+def word_feed(n: int, answer: tuple[str, ...], scores: torch.Tensor | None = None) -> list[float]:
+    """The word repeat block after ``answer`` (prompt: one token, never counted)."""
+    processor = WordRepeatBlockProcessor(n, WORD_TOKENS, [WORD["<eos>"]])
+    sequence = torch.tensor([[WORD["It"], *(WORD[t] for t in answer)]])
+    start = torch.zeros(1, len(WORDS)) if scores is None else scores
+    out = start
+    for end in range(1, sequence.shape[1] + 1):
+        out = processor(sequence[:, :end], start.clone())
+    return out[0].tolist()  # type: ignore[no-any-return]
+
+
+FIRST = (" The", " default", " encod", "ing", " for", " strings", " [", "1", "]", ".")
+
+
+def blocked_after(answer: tuple[str, ...], n: int = 5) -> set[str]:
+    return {WORDS[i].decode() for i, v in enumerate(word_feed(n, answer)) if v == NEG}
+
+
+def test_word_repeat_block_stops_a_phrase_said_before() -> None:
+    # Markers are no words, case is folded, the split into tokens does not matter.
+    again = (" It", " is", " the", " default", " encod", "ing", " for")
+    assert blocked_after(FIRST + again) == {" strings", " str"}
+    assert blocked_after(FIRST + again, n=6) == set()  # "is" came before "the" this time
+
+
+def test_word_repeat_block_inside_a_word() -> None:
+    again = (" It", " is", " the", " default", " encod", "ing", " for", " str")
+    # "ings" and "ings." finish "strings", "ing" may go on to it; "s" makes "strs".
+    assert blocked_after(FIRST + again) == {"ing", "ings", "ings."}
+
+
+def test_word_repeat_block_once_the_word_is_written() -> None:
+    again = (" It", " is", " the", " default", " encod", "ing", " for", " strings")
+    blocked = blocked_after(FIRST + again)
+    # Whatever closes "strings" completes the phrase; ending the answer, a marker or a longer
+    # word does not count.
+    assert {".", " is", " ", " bytes"} <= blocked
+    assert not blocked & {" [", "s", "ings", "1", "]", "<eos>"}
+
+
+def test_word_repeat_block_leaves_new_phrases_and_the_prompt_alone() -> None:
+    assert blocked_after((" the", " default", " encod", "ing", " for")) == set()
+    # " (the" begins a new word after punctuation: checked like " the".
+    assert blocked_after((" the", " is", " the", " is")) == set()
+    assert blocked_after((" the", " is", " the", " is"), n=3) == {" the", " The", " (the"}
+
+
+def test_word_repeat_block_keeps_one_token() -> None:
+    scores = torch.full((1, len(WORDS)), NEG)
+    scores[0, WORD[" strings"]] = 1.0
+    again = (" It", " is", " the", " default", " encod", "ing", " for")
+    out = word_feed(5, FIRST + again, scores)
+    assert out[WORD[" strings"]] == 1.0
+
+
 @pytest.mark.parametrize(
     ("answer", "blocked"),
     [((" is", ","), True), ((" is", ",", " "), True), ((" is",), False), ((" the",), False)],
@@ -168,6 +235,35 @@ def test_number_copy_leaves_marker_digits_alone() -> None:
     assert out[TOKEN["1"]] == 0.0
 
 
+@pytest.mark.parametrize(
+    ("answer", "raised"),
+    [
+        ((" is",) * 3, 0.0),  # below the threshold, bound 6 - 2 words
+        ((" is",) * 4, 2.0),  # at it
+        ((" is",) * 5, 4.0),  # one word further
+        ((" is",) * 5 + (",",), 0.0),  # ends in a comma: no place to cite
+        ((" is",) * 5 + (" [",), 0.0),  # a marker is open
+        ((" is", " [", "1", "]", ".", " is"), 0.0),  # a new sentence starts its count again
+    ],
+)
+def test_wrap_up_raises_openers_near_the_bound(answer: tuple[str, ...], raised: float) -> None:
+    out = feed(WrapUpProcessor(TOKENS, bound=6, words=2, bias=2.0), answer, logits())
+    assert out[TOKEN[" ["]] == out[TOKEN["["]] == raised
+    assert out[TOKEN["."]] == 0.0
+
+
+def test_after_a_marker_a_sentence_ends_with_a_period() -> None:
+    out = feed(PeriodAfterMarkerProcessor(TOKENS), (" is", " [", "1", "]"), logits())
+    assert out[TOKEN["!"]] == NEG
+    assert out[TOKEN["."]] == out[TOKEN[".\n"]] == out[TOKEN["["]] == 0.0
+    # Elsewhere (and when nothing else is left) "!" stays.
+    assert feed(PeriodAfterMarkerProcessor(TOKENS), (" is",), logits())[TOKEN["!"]] == 0.0
+    only = torch.full((1, len(VOCAB)), NEG)
+    only[0, TOKEN["!"]] = 1.0
+    out = feed(PeriodAfterMarkerProcessor(TOKENS), (" is", " [", "1", "]"), only)
+    assert out[TOKEN["!"]] == 1.0
+
+
 def test_end_bias_grows_with_cited_sentences() -> None:
     processor = EndBiasProcessor(VOCAB, [TOKEN["<eos>"]], 2.0)
     out = feed(processor, (" is", " [", "1", "]", "."), logits())
@@ -183,12 +279,14 @@ def test_processors_of_a_call() -> None:
 
     sources = [Source("It was completed in 1889.")]
     before, after = readability_processors(
-        Readability(end_bias=1.0), Policy.REQUIRED, "When?", sources, Info(), None, [0]
+        Readability(end_bias=1.0), Policy.REQUIRED, "When?", sources, Info(), None, [0], 24
     )
     assert [type(p) for p in before] == [RawScores]
     assert [type(p).__name__ for p in after] == [
-        "EndIntentProcessor", "CiteAfterWordProcessor", "NumberCopyProcessor",
-        "RepeatBlockProcessor", "EndBiasProcessor",
+        "EndIntentProcessor", "CiteAfterWordProcessor", "PeriodAfterMarkerProcessor",
+        "NumberCopyProcessor",
+        "RepeatBlockProcessor", "WordRepeatBlockProcessor", "WrapUpProcessor",
+        "EndBiasProcessor",
     ]
     assert readability_processors(OFF, Policy.AUTO, "When?", sources, Info(), None) == ([], [])
 
@@ -197,11 +295,14 @@ def test_processors_of_a_call() -> None:
     ("options", "message"),
     [
         ({"no_repeat_ngram": 1}, "no_repeat_ngram must be 0"),
+        ({"no_repeat_words": True}, "no_repeat_words must be 0 .off. or an int >= 2, got True"),
         ({"number_penalty": -1.0}, "number_penalty must be a finite number >= 0"),
         ({"end_bias": float("nan")}, "end_bias must be a finite number"),
         ({"auto_cite_support": 2.0}, "auto_cite_support must be between 0 and 1"),
         ({"end_intent": 1}, "end_intent must be True or False"),
         ({"cite_after_punctuation": "no"}, "cite_after_punctuation must be True or False"),
+        ({"period_after_marker": None}, "period_after_marker must be True or False"),
+        ({"wrap_up_words": -1}, "wrap_up_words must be an int >= 0"),
     ],
 )
 def test_bad_settings_are_named(options: dict[str, object], message: str) -> None:

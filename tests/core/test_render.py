@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from html.parser import HTMLParser
 
 import pytest
 
@@ -11,6 +10,7 @@ from citeformer import CitedAnswer, Source, build_request
 from citeformer.errors import InputTypeError, InvalidInputError
 from citeformer.render import references, to_html, to_markdown
 from citeformer.testing import FakeGenerator
+from tests.core.html_tags import Collect
 
 SOURCES = [
     Source("The Eiffel Tower is in Paris. It was completed in 1889.", title="Eiffel *Tower*",
@@ -90,19 +90,6 @@ def test_a_non_answer_is_refused() -> None:
         to_html("Bees [2].")  # type: ignore[arg-type]
 
 
-class _Collect(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: list[str] = []
-        self.data: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-
-    def handle_data(self, data: str) -> None:
-        self.data.append(data)
-
-
 def test_to_html_escapes_everything_and_is_well_formed() -> None:
     hostile = list(SOURCES)
     hostile[2] = Source("Big Ben </q></li> rings.", title='<img src=x onerror="alert(1)">',
@@ -119,7 +106,7 @@ def test_to_html_escapes_everything_and_is_well_formed() -> None:
     assert list(items) == ["r7-2", "r7-3"] and items["r7-3"].get("value") == "3"
     assert "".join(items["r7-3"].itertext()).startswith('<img src=x onerror="alert(1)">')
     assert all(a.get("href", "").startswith(("#", "http")) for a in root.iter("a"))
-    parser = _Collect()
+    parser = Collect()
     parser.feed(page)
     assert "script" not in parser.tags and "img" not in parser.tags
     assert any("<script>x()</script> & dance" in d for d in parser.data)

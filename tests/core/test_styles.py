@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from html.parser import HTMLParser
 from pathlib import Path
 
 import citeproc
@@ -18,6 +17,7 @@ from citeformer.errors import InputTypeError, InvalidInputError, MissingDependen
 from citeformer.render import references, to_html, to_markdown
 from citeformer.styles import Run, csl_item, entry_text, format_entries, shipped_styles
 from citeformer.testing import FakeGenerator
+from tests.core.html_tags import Collect
 
 HARVARD = "harvard-cite-them-right"
 SOURCES = [
@@ -238,19 +238,6 @@ HOSTILE = [
 ]
 
 
-class _Collect(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: list[str] = []
-        self.data: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-
-    def handle_data(self, data: str) -> None:
-        self.data.append(data)
-
-
 def test_html_entries_are_escaped() -> None:
     page = to_html(answer("Bees dance [1].", HOSTILE), style=HARVARD)
     root = ET.fromstring(f"<root>{page}</root>")  # well-formed
@@ -264,7 +251,7 @@ def test_html_entries_are_escaped() -> None:
     assert [i.text for i in item.iter("i")] == ["<script>alert(1)</script> & *bees*"]
     # Not an address a link may carry: shown as text only.
     assert [a.get("href") for a in root.iter("a")] == ["#ref-1"]
-    parser = _Collect()
+    parser = Collect()
     parser.feed(page)
     assert {"script", "img", "b"}.isdisjoint(parser.tags)
     assert parser.tags.count("i") == 1

@@ -55,14 +55,14 @@ class TokenClasses:
             if not raw or re.search(rb"[\[\]0-9]", raw)
         }
         """Tokens the repeat block never removes: markers, digits, special tokens."""
-        self.word_parts = _word_parts(decoded_vocab)
+        decoded = [raw.decode("utf-8", errors="replace") for raw in decoded_vocab]
+        self.word_parts = _word_parts(decoded)
         """Tokens by the (case-folded) word their text begins with: ``(id, glued, ends)``, where
         ``glued`` says the word part starts the token (it continues a word the answer ends in)
         and ``ends`` that the token closes that word itself."""
         self.word_closers = {
-            token_id for token_id, raw in enumerate(decoded_vocab)
-            if raw and b"[" not in raw and b"]" not in raw
-            and not _WORD.match(raw.decode("utf-8", errors="replace"))
+            token_id for token_id, text in enumerate(decoded)
+            if text and "[" not in text and "]" not in text and not _WORD.match(text)
         }
         """Tokens that close a word the answer ends in (they begin with a space or punctuation),
         marker brackets left out."""
@@ -79,10 +79,9 @@ class TokenClasses:
         return cached[1]
 
 
-def _word_parts(vocab: Sequence[bytes]) -> dict[str, list[tuple[int, bool, bool]]]:
+def _word_parts(texts: Sequence[str]) -> dict[str, list[tuple[int, bool, bool]]]:
     parts: dict[str, list[tuple[int, bool, bool]]] = {}
-    for token_id, raw in enumerate(vocab):
-        text = raw.decode("utf-8", errors="replace")
+    for token_id, text in enumerate(texts):
         match = _WORD_START.match(text)
         if match is None or "[" in match.group(1):
             continue

@@ -22,6 +22,7 @@ _EXPORTS = {
     "build_request": "citeformer.request",
     "GrammarOptions": "citeformer.grammar",
     "build_grammar": "citeformer.grammar",
+    "dotted_terms": "citeformer.grammar",
     "MarkerScan": "citeformer.citations",
     "parse_citations": "citeformer.citations",
     "scan_markers": "citeformer.citations",
@@ -91,6 +92,7 @@ __all__ = [
     "TokenizerMismatchError",
     "build_grammar",
     "build_request",
+    "dotted_terms",
     "parse_citations",
     "scan_markers",
 ]
@@ -130,7 +132,7 @@ if TYPE_CHECKING:
         TokenizerMismatchError,
     )
     from citeformer.generator import AnswerStream, CiteGenerator
-    from citeformer.grammar import GrammarOptions, build_grammar
+    from citeformer.grammar import GrammarOptions, build_grammar, dotted_terms
     from citeformer.request import GenerationOptions, GenerationRequest, build_request
     from citeformer.server import AsyncServerAnswerStream, ServerAnswerStream, ServerGenerator
     from citeformer.types import (

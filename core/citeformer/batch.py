@@ -162,7 +162,9 @@ def prepare(gen: CiteGenerator, request: GenerationRequest) -> Prepared:
     prompt_ids = list(gen.tokenizer(prompt, add_special_tokens=False).input_ids)
     check_fits(gen, request, len(prompt_ids))
     compiled = (
-        gen.compiled_grammar(request.n_sources, request.policy, **request.grammar.as_dict())
+        gen.compiled_grammar(
+            request.n_sources, request.policy, terms=request.terms, **request.grammar.as_dict()
+        )
         if request.constrained else None
     )
     return Prepared(request, prompt_ids, compiled)

@@ -15,7 +15,7 @@ from transformers.generation.streamers import BaseStreamer
 from citeformer import batch
 from citeformer.answers import ChunkTracker, StreamedAnswer
 from citeformer.errors import TokenizerMismatchError
-from citeformer.grammar import GrammarOptions, render_grammar
+from citeformer.grammar import GrammarOptions, check_terms, render_grammar
 from citeformer.prompt import render_prompt
 from citeformer.quotes import VocabIndex
 from citeformer.request import GenerationRequest, SourceLike, build_request
@@ -35,8 +35,8 @@ class CiteGenerator:
 
     One generator holds one model, its ``TokenizerInfo``, one ``GrammarCompiler`` and a cache of
     the last ``GRAMMAR_CACHE_SIZE`` compiled grammars, keyed by (number of sources, policy,
-    grammar options). Generations on one generator run one at a time; a batch (``answer_batch``)
-    is one generation, each of its rows under its own grammar.
+    grammar options, dotted terms). Generations on one generator run one at a time; a batch
+    (``answer_batch``) is one generation, each of its rows under its own grammar.
 
     Setup::
 
@@ -89,7 +89,9 @@ class CiteGenerator:
             tokenizer, vocab_size=vocab_size, stop_token_ids=self._stop_ids
         )
         self._compiler = xgr.GrammarCompiler(self._tokenizer_info)
-        self._grammars: OrderedDict[tuple[int, Policy, GrammarOptions], xgr.CompiledGrammar]
+        self._grammars: OrderedDict[
+            tuple[int, Policy, GrammarOptions, tuple[str, ...]], xgr.CompiledGrammar
+        ]
         self._grammars = OrderedDict()
         self._grammars_lock = threading.Lock()
         self._vocab: VocabIndex | None = None
@@ -132,21 +134,27 @@ class CiteGenerator:
         return int(self._pad_id)
 
     def compiled_grammar(
-        self, n_sources: int, policy: Policy | str = Policy.REQUIRED, **options: int | bool | str
+        self,
+        n_sources: int,
+        policy: Policy | str = Policy.REQUIRED,
+        *,
+        terms: Sequence[str] = (),
+        **options: int | bool | str,
     ) -> xgr.CompiledGrammar:
-        """The compiled grammar for this call shape, compiled once and cached."""
-        return self._compiled(n_sources, Policy.coerce(policy), GrammarOptions.of(options))
+        """The compiled grammar for this call shape, compiled once and cached.
 
-    def _compiled(
-        self, n_sources: int, policy: Policy, options: GrammarOptions
-    ) -> xgr.CompiledGrammar:
-        key = (n_sources, policy, options)
+        ``terms``: the dotted terms a ``REQUIRED`` word may copy (``GenerationRequest.terms``).
+        """
+        policy = Policy.coerce(policy)
+        checked, spelled = GrammarOptions.of(options), check_terms(terms)
+        key = (n_sources, policy, checked, spelled)
         with self._grammars_lock:
             compiled = self._grammars.get(key)
             if compiled is not None:
                 self._grammars.move_to_end(key)
                 return compiled
-        compiled = self._compiler.compile_grammar(render_grammar(n_sources, policy, options))
+        grammar = render_grammar(n_sources, policy, checked, None, spelled)
+        compiled = self._compiler.compile_grammar(grammar)
         with self._grammars_lock:
             self._grammars[key] = compiled
             while len(self._grammars) > GRAMMAR_CACHE_SIZE:

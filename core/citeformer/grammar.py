@@ -10,7 +10,8 @@ so no marker of another shape (``[7]`` for N=3, ``[1, 2]``, ``[a]``) can appear 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from citeformer.errors import InputTypeError, InvalidInputError
@@ -22,6 +23,13 @@ DEFAULT_MAX_GROUP = 3
 DEFAULT_MAX_SENTENCE_WORDS = 24
 DEFAULT_MAX_WORD_CHARS = 32
 DEFAULT_MAX_QUOTE_CHARS = 300
+DEFAULT_MAX_TERMS = 64
+"""Most dotted terms (``dotted_terms``) one grammar spells out."""
+_TERM_EDGE_CHARS = 8
+"""Characters a word may hold before and after a dotted term: ``(3.8)``, ``v3.8``, ``3.8,``."""
+
+# A dotted term: word characters and hyphens in two or more parts joined by single dots.
+_DOTTED = re.compile(r"[\w-]+(?:\.[\w-]+)+")
 
 @dataclass(frozen=True)
 class GrammarOptions:
@@ -52,10 +60,16 @@ class GrammarOptions:
     sentence_ends: str = ".!?"
     """REQUIRED only: the characters that may end a sentence after its cite-group."""
 
+    source_terms: bool = True
+    """REQUIRED only: a word may hold a ``.`` only inside a dotted term that the question or a
+    source holds (a version, a decimal, a dotted name: ``3.8``, ``0.34``, ``str.join``), copied
+    whole, so an answer can state ``Python 3.8`` yet never invent a decimal where the model meant
+    to end a sentence. ``False``: no ``.`` inside a word, the grammar then depends on N alone."""
+
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
-            if spec.name == "verbatim_quotes":
+            if spec.name in ("verbatim_quotes", "source_terms"):
                 if not isinstance(value, bool):
                     raise InputTypeError(f"{spec.name} must be True or False, got {value!r}")
             elif spec.name == "sentence_ends":
@@ -98,13 +112,17 @@ def build_grammar(
     policy: Policy | str = Policy.REQUIRED,
     *,
     quote_sources: Sequence[Source | str] | None = None,
+    terms: Sequence[str] = (),
     **options: int | bool | str,
 ) -> str:
     """Return the GBNF grammar (root rule ``root``) for answers citing ``n_sources`` sources.
 
     ``options`` are the fields of ``GrammarOptions`` (``max_group``, ``max_sentence_words``,
     ``max_word_chars``, ``max_quote_chars``, ``min_quote_chars``, ``quotable_chars``,
-    ``verbatim_quotes``). ``quote_sources``: QUOTES_ONLY only, the sources' texts. With
+    ``verbatim_quotes``, ``sentence_ends``, ``source_terms``). ``terms``: REQUIRED only, the
+    dotted terms a word may copy, as ``dotted_terms`` finds them in the question and sources
+    (``GenerationRequest.grammar_text`` passes them); ignored when ``source_terms`` is ``False``.
+    ``quote_sources``: QUOTES_ONLY only, the sources' texts. With
     ``verbatim_quotes`` (default) a quote can then only be ``"text" [k]`` with ``text`` a
     substring of source k, written out as rules (for engines that take a grammar as text; local
     generation enforces the same automaton with ``citeformer.quotes.QuoteGuard`` instead, which
@@ -113,7 +131,44 @@ def build_grammar(
     sources = None
     if quote_sources is not None:
         sources = tuple(Source(s) if isinstance(s, str) else s for s in quote_sources)
-    return render_grammar(n_sources, Policy.coerce(policy), GrammarOptions.of(options), sources)
+    return render_grammar(
+        n_sources, Policy.coerce(policy), GrammarOptions.of(options), sources, check_terms(terms)
+    )
+
+
+def check_terms(terms: Sequence[str]) -> tuple[str, ...]:
+    """``terms`` as a tuple, each checked to be a dotted term a grammar can spell."""
+    if isinstance(terms, str) or not all(isinstance(term, str) for term in terms):
+        raise InputTypeError(f"terms must be a sequence of strings, got {terms!r}")
+    for term in terms:
+        if not _DOTTED.fullmatch(term):
+            raise InvalidInputError(
+                f"term {term!r} is not a dotted term (word characters or hyphens joined by "
+                "single dots, such as '3.8' or 'str.join'); take terms from dotted_terms()"
+            )
+    return tuple(terms)
+
+
+def dotted_terms(
+    texts: Iterable[str], *, max_chars: int = DEFAULT_MAX_WORD_CHARS,
+    max_terms: int = DEFAULT_MAX_TERMS,
+) -> tuple[str, ...]:
+    """The dotted terms of ``texts`` that a ``REQUIRED`` answer may copy into a word.
+
+    A dotted term is two or more runs of word characters or hyphens joined by single dots:
+    ``3.8``, ``0.34``, ``str.join``, ``collections.abc.Sequence``, ``e.g``; each one's dotted
+    prefixes count too (``collections.abc``). In order of first occurrence, each once, at most
+    ``max_chars`` characters long, the first ``max_terms`` of them.
+    """
+    found: dict[str, None] = {}
+    for text in texts:
+        for match in _DOTTED.finditer(text):
+            parts = match.group(0).split(".")
+            for end in range(2, len(parts) + 1):
+                term = ".".join(parts[:end])
+                if len(term) <= max_chars:
+                    found.setdefault(term, None)
+    return tuple(found)[:max_terms]
 
 
 def render_grammar(
@@ -121,11 +176,12 @@ def render_grammar(
     policy: Policy,
     options: GrammarOptions,
     quote_sources: Sequence[Source] | None = None,
+    terms: Sequence[str] = (),
 ) -> str:
     """``build_grammar`` for arguments already checked (a ``GenerationRequest``'s)."""
     _check_positive("n_sources", n_sources)
     if policy is Policy.REQUIRED:
-        body = _required_body(options)
+        body = _required_body(options, terms if options.source_terms else ())
     elif policy is Policy.QUOTES_ONLY and options.verbatim_quotes and quote_sources is not None:
         if len(quote_sources) != n_sources:
             raise InvalidInputError(
@@ -144,17 +200,26 @@ def render_grammar(
     return f"{body}\n{_cite_group_rules(n_sources, options.max_group)}"
 
 
-def _required_body(options: GrammarOptions) -> str:
+def _required_body(options: GrammarOptions, terms: Sequence[str]) -> str:
     # A word holds no space, bracket or sentence terminator, so a sentence can only end with a
     # cite-group followed by a terminator. The word count bound lands on a word boundary. (Where
     # a cite-group may not follow a comma is left to citeformer.steer: written here, as a last
     # word of its own, it makes every word ambiguous and the mask hundreds of times slower.)
+    # A "." inside a word belongs to a dotted term spelled out literally, never to a pattern:
+    # `digit "." digit` would let a model that meant to end a sentence after "3" be made to
+    # invent "3.5". The terms cost about what the plain rule does (measured on SmolLM2's vocab).
     ends = options.sentence_ends
+    char = "[^ \\t\\n\\r\\[\\].!?]"
+    word = f"word ::= {char}{{1,{options.max_word_chars}}}"
+    if terms:
+        edge = f"{char}{{0,{_TERM_EDGE_CHARS}}}"
+        spelled = " | ".join(f'"{term}"' for term in terms)
+        word += f" | {edge} term {edge}\nterm ::= {spelled}"
     return f"""\
 root ::= sentence (" " sentence)*
 sentence ::= words " "? cite-group [{ends}]
 words ::= word (" " word){{0,{options.max_sentence_words - 1}}}
-word ::= [^ \\t\\n\\r\\[\\].!?]{{1,{options.max_word_chars}}}"""
+{word}"""
 
 
 def _quotes_only_body(max_quote_chars: int) -> str:

@@ -20,7 +20,7 @@ from citeformer.errors import (
     NoSourcesError,
 )
 from citeformer.evidence import DEFAULT_EVIDENCE, Evidence, resolve_evidence
-from citeformer.grammar import GrammarOptions, render_grammar
+from citeformer.grammar import GrammarOptions, dotted_terms, render_grammar
 from citeformer.prompt import build_messages
 from citeformer.readability import OFF, Readability
 from citeformer.types import Policy, Source
@@ -78,6 +78,7 @@ class GenerationOptions(TypedDict, total=False):
     verbatim_quotes: bool
     cite_after_punctuation: bool
     sentence_ends: str
+    source_terms: bool
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,22 @@ class GenerationRequest:
             return self.grammar.quotable_chars
         return None
 
+    @property
+    def terms(self) -> tuple[str, ...]:
+        """The dotted terms (``3.8``, ``str.join``) a word of the answer may copy, or ``()``.
+
+        Found in the question and the sources (``citeformer.grammar.dotted_terms``); ``()``
+        unless the answer is constrained, ``REQUIRED`` and ``source_terms`` is on.
+        """
+        if not (
+            self.constrained and self.policy is Policy.REQUIRED and self.grammar.source_terms
+        ):
+            return ()
+        return dotted_terms(
+            [self.question, *(source.text for source in self.sources)],
+            max_chars=self.grammar.max_word_chars,
+        )
+
     def messages(self) -> list[dict[str, str]]:
         """The chat messages the model is shown (unless ``prompt`` replaces them)."""
         return build_messages(
@@ -159,7 +176,9 @@ class GenerationRequest:
         serving engine); local generation enforces them with ``QuoteGuard`` instead.
         """
         quote_sources = self.sources if spell_quotes and self.quotable_chars is not None else None
-        return render_grammar(self.n_sources, self.policy, self.grammar, quote_sources)
+        return render_grammar(
+            self.n_sources, self.policy, self.grammar, quote_sources, self.terms
+        )
 
     def replace(self, **changes: Any) -> GenerationRequest:
         """A copy with some fields changed; the changed values are checked again."""

@@ -143,7 +143,10 @@ class EndIntentProcessor(_AnswerReader):
     sentence-ending token is masked, a marker opener is allowed, and the model put probability
     ``p_end`` on ending, the openers' logits are raised so that after the masks they carry their
     own probability plus ``p_end``. Under ``AUTO`` (ending allowed), ``support`` decides how much
-    of ``p_end`` moves to the openers.
+    of ``p_end`` moves to the openers. ``required``: a sentence ends only right after its
+    cite-group, so a ``.`` the grammar allows elsewhere continues a dotted term (``3`` to
+    ``3.8``) and ending counts as masked there: the openers gain ``p_end`` beside the ``.``'s own
+    share, and the model's doubt between ``Python 3 [1].`` and ``Python 3.8`` stays a doubt.
     """
 
     def __init__(
@@ -153,12 +156,14 @@ class EndIntentProcessor(_AnswerReader):
         *,
         support: Support | None = None,
         threshold: float | None = None,
+        required: bool = False,
     ) -> None:
         super().__init__(tokens.vocab)
         self._raw = raw
         self._tokens = tokens
         self._support = support
         self._threshold = threshold
+        self._required = required
 
     def __call__(  # noqa: D102
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor
@@ -177,7 +182,10 @@ class EndIntentProcessor(_AnswerReader):
         p_open = float(probs[allowed_openers].sum())
         if p_end <= 0 or p_open <= 0:
             return scores
-        ending_allowed = bool(torch.isfinite(scores[0, enders]).any())
+        if self._required:
+            ending_allowed = self._generated.endswith(b"]")
+        else:
+            ending_allowed = bool(torch.isfinite(scores[0, enders]).any())
         moved = self._auto_share(p_end) if ending_allowed else p_end
         if moved > 0:
             scores[0, allowed_openers] += math.log((p_open + moved) / p_open)
@@ -449,7 +457,10 @@ def readability_processors(
         if policy is Policy.AUTO and settings.auto_cite_support is not None:
             support = (evidence or LexicalEvidence()).bind(question, sources)
             threshold = settings.auto_cite_support
-        after.append(EndIntentProcessor(raw, tokens, support=support, threshold=threshold))
+        after.append(EndIntentProcessor(
+            raw, tokens, support=support, threshold=threshold,
+            required=policy is Policy.REQUIRED,
+        ))
     if not settings.cite_after_punctuation:
         after.append(CiteAfterWordProcessor(tokens))
     if settings.period_after_marker:

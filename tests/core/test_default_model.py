@@ -103,6 +103,27 @@ def test_required_answer_cites_every_sentence(default_generator: CiteGenerator) 
     assert answer.text.rstrip()[-2] == "]"
 
 
+VERSIONS = [
+    Source("Assignment expressions (the walrus operator) were added in Python 3.8."),
+    Source("The match statement was added in Python 3.10."),
+    Source("f-strings were added in Python 3.6."),
+]
+
+
+@integration
+def test_a_required_answer_copies_a_decimal_a_source_holds(
+    default_generator: CiteGenerator,
+) -> None:
+    question = "Which Python version added the match statement?"
+    answer = default_generator.generate(question, VERSIONS, max_new_tokens=40)
+    written = re.findall(r"\d+\.\d+", answer.text)
+    assert written, answer.text  # the model writes "3.x", not "Python 3 [2]."
+    assert set(written) <= {"3.8", "3.10", "3.6"}, answer.text
+    # Without the dotted terms a "." inside a word is not allowed at all.
+    plain = default_generator.generate(question, VERSIONS, max_new_tokens=40, source_terms=False)
+    assert not re.search(r"\d\.\d", plain.text), plain.text
+
+
 @integration
 def test_seeded_sampling_is_reproducible(default_generator: CiteGenerator) -> None:
     kwargs = {"max_new_tokens": 24, "do_sample": True, "seed": 7}

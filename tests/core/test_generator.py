@@ -103,6 +103,15 @@ def test_compiled_grammars_are_cached_and_bounded(
     assert gen.compiled_grammar(2, "auto") is not first
 
 
+def test_compiled_grammars_are_keyed_by_their_dotted_terms(gen: CiteGenerator) -> None:
+    plain = gen.compiled_grammar(2, "required")
+    spelled = gen.compiled_grammar(2, "required", terms=("3.8", "str.join"))
+    assert spelled is not plain
+    assert gen.compiled_grammar(2, "required", terms=["3.8", "str.join"]) is spelled
+    with pytest.raises(InvalidInputError, match="term '3 8' is not a dotted term"):
+        gen.compiled_grammar(2, "required", terms=("3 8",))
+
+
 def test_prompt_too_long_says_what_to_shorten(gen: CiteGenerator) -> None:
     limit = gen.context_length
     assert limit is not None

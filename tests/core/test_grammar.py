@@ -153,3 +153,68 @@ def test_sentence_ends_option() -> None:
     assert not accepts("Is it Paris [1]?", 2, Policy.REQUIRED, sentence_ends=".")
     assert not accepts("It is Paris [1]! Yes [2].", 2, Policy.REQUIRED, sentence_ends=".")
     assert accepts("It is Paris [1]. Yes [2].", 2, Policy.REQUIRED, sentence_ends=".")
+
+
+TERMS = ("3.8", "0.34", "str.join", "collections.abc", "collections.abc.Sequence", "e.g")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Assignment expressions came in Python 3.8 [1].", True),
+        ("The result is 0.34 [2].", True),
+        ("Use str.join, e.g, to join strings [1].", True),
+        ("Call (str.join) or v3.8-dev [1].", True),  # a few characters around a term
+        ("See collections.abc.Sequence [1]. It is in collections.abc [1].", True),
+        ("It came in Python 3.9 [1].", False),  # a decimal no source holds
+        ("It came in Python 3. [1].", False),  # a "." that ends nothing but a term
+        ("It came in Python 3.8.1 [1].", False),  # a term is copied whole, not extended
+        ("Call os.path first [1].", False),
+        ("It came in Python 3 [1].", True),  # a term's first part is still a word
+    ],
+)
+def test_required_words_copy_dotted_terms(text: str, expected: bool) -> None:
+    assert accepts(text, 2, Policy.REQUIRED, terms=TERMS) is expected
+
+
+def test_dotted_terms_need_the_option_and_required() -> None:
+    text = "It came in Python 3.8 [1]."
+    assert not accepts(text, 2, Policy.REQUIRED)
+    assert not accepts(text, 2, Policy.REQUIRED, terms=TERMS, source_terms=False)
+    assert build_grammar(2, Policy.REQUIRED, terms=TERMS, source_terms=False) == build_grammar(
+        2, Policy.REQUIRED
+    )
+    for policy in (Policy.AUTO, Policy.QUOTES_ONLY):
+        assert build_grammar(2, policy, terms=TERMS) == build_grammar(2, policy)
+
+
+def test_dotted_terms_found_in_order_with_their_prefixes() -> None:
+    from citeformer.grammar import dotted_terms
+
+    texts = [
+        "Which version, 3.8 or 3.10?",
+        "Use collections.abc.Sequence (e.g. a list). Released in 3.8. End.",
+        "x" * 30 + ".yy is too long; so.is.this.one.here.and.more.parts.abcdefghijklmnopq",
+    ]
+    assert dotted_terms(texts) == (
+        "3.8", "3.10", "collections.abc", "collections.abc.Sequence", "e.g",
+        "so.is", "so.is.this", "so.is.this.one", "so.is.this.one.here",
+        "so.is.this.one.here.and", "so.is.this.one.here.and.more",
+    )  # the 33-character ones are longer than a word may be
+    assert dotted_terms(texts, max_terms=2) == ("3.8", "3.10")
+    assert dotted_terms(["No dotted term here. None at all."]) == ()
+
+
+@pytest.mark.parametrize(
+    ("terms", "error", "message"),
+    [
+        ("3.8", TypeError, "terms must be a sequence of strings, got '3.8'"),
+        ([3.8], TypeError, "terms must be a sequence of strings"),
+        (["3.8", 'a" | [^]'], ValueError, "term 'a\" | \\[\\^\\]' is not a dotted term"),
+        (["plain"], ValueError, "term 'plain' is not a dotted term"),
+        (["3."], ValueError, "term '3.' is not a dotted term"),
+    ],
+)
+def test_bad_terms_are_named(terms: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        build_grammar(2, Policy.REQUIRED, terms=terms)  # type: ignore[arg-type]

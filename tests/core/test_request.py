@@ -131,6 +131,22 @@ def test_grammar_text_spells_quotes_only_when_asked() -> None:
     assert '"[1]"' not in build_request("Q?", ["x"]).grammar_text(spell_quotes=True)
 
 
+def test_terms_come_from_the_question_and_sources_of_a_required_answer() -> None:
+    sources = ["Added in Python 3.8, e.g. the walrus.", "See str.join."]
+    request = build_request("Since 3.8 or 3.10?", sources)
+    assert request.terms == ("3.8", "3.10", "e.g", "str.join")
+    grammar = request.grammar_text(spell_quotes=True)
+    assert 'term ::= "3.8" | "3.10" | "e.g" | "str.join"' in grammar
+    assert request.grammar_text(spell_quotes=False) == grammar
+    for changed in (
+        {"policy": "auto"}, {"constrained": False}, {"source_terms": False},
+    ):
+        assert build_request("Since 3.8?", sources, **changed).terms == ()  # type: ignore[arg-type]
+    assert "term ::=" not in build_request("Q?", sources, source_terms=False).grammar_text(
+        spell_quotes=True
+    )
+
+
 def test_messages_number_the_sources_as_the_markers_do() -> None:
     request = build_request("Capital?", [Source("Paris.", title="France"), "Berlin."])
     last = request.messages()[-1]["content"]

@@ -89,6 +89,23 @@ def test_nothing_moves_where_ending_is_allowed_without_support() -> None:
     assert step(processor, ids(), model.clone()) == model[0].tolist()
 
 
+@pytest.mark.parametrize(("answer", "moves"), [((" is", " 18"), True), ((" [", "1", "]"), False)])
+def test_required_ending_counts_as_masked_unless_a_group_was_just_closed(
+    answer: tuple[str, ...], moves: bool
+) -> None:
+    # Under REQUIRED a "." left open after " 18" can only continue a dotted term ("18.5"): the
+    # model's wish to end still goes to the openers, and the "." keeps its own share.
+    raw = RawScores()
+    processor = EndIntentProcessor(raw, TOKENS, required=True)
+    model = logits(**{".": 5.0, "_[": 1.0})
+    raw(ids(), model.clone())
+    allowed = model.clone()
+    allowed[0, TOKEN[".\n"]] = NEG  # only the bare "." is left by the grammar
+    out = feed(processor, answer, allowed)
+    assert (out[TOKEN[" ["]] > 1.0) is moves
+    assert out[TOKEN["."]] == 5.0
+
+
 def test_nothing_moves_where_no_marker_may_open() -> None:
     raw = RawScores()
     processor = EndIntentProcessor(raw, TOKENS)

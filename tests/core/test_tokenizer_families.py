@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from citeformer import CiteGenerator, Policy, Source, build_grammar, build_request, scan_markers
+from citeformer import CiteGenerator, Policy, Source, build_request, scan_markers
 from tests.adversary import bracket_hungry_llama
 from tests.vocab import FAMILIES, family_tokenizer
 
@@ -123,7 +123,9 @@ def test_required_sentences_of_adversary_parse_with_the_grammar(adversary: CiteG
     from xgrammar import Grammar
     from xgrammar.testing import _is_grammar_accept_string
 
-    grammar = Grammar.from_ebnf(build_grammar(3, Policy.REQUIRED))
+    request = build_request(QUESTION, SOURCES, Policy.REQUIRED)
+    assert request.terms == ("3.7",)  # a "." inside a word can only copy the source's 3.7
+    grammar = Grammar.from_ebnf(request.grammar_text(spell_quotes=True))
     checked = 0
     for seed in range(4):
         answer = adversary.generate(
@@ -133,6 +135,8 @@ def test_required_sentences_of_adversary_parse_with_the_grammar(adversary: CiteG
         if complete:
             checked += 1
             assert _is_grammar_accept_string(grammar, complete.group(1)), answer.text
+        for dotted in re.findall(r"[^\s\[\]]*\.[^\s\[\]]", answer.text):
+            assert "3.7" in dotted, answer.text
     assert checked > 0
 
 

@@ -4,6 +4,7 @@ embedded SmolLM2-135M GGUF: the grammar travels in the request and llama.cpp enf
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from citeformer import (
     ServerIgnoredGrammarError,
     Source,
     build_grammar,
+    dotted_terms,
     scan_markers,
 )
 from tests.server.llama_server import LlamaServer, start_llama_server
@@ -59,6 +61,14 @@ def test_verbatim_quote_grammars_parse_in_llama_cpp(n: int) -> None:
 
     texts = [f'{SOURCES[k % 3].text} Entry {k}: "a [b]" \\ {{c}} ü.' for k in range(n)]
     parse_gbnf(build_grammar(n, Policy.QUOTES_ONLY, quote_sources=texts))
+
+
+def test_dotted_term_grammars_parse_in_llama_cpp() -> None:
+    from tests.server.llama_grammar import parse_gbnf
+
+    terms = dotted_terms(["Python 3.8 and 3.10, e.g. str.join or collections.abc.Sequence."])
+    assert len(terms) == 6
+    parse_gbnf(build_grammar(3, Policy.REQUIRED, terms=terms))
 
 
 def test_the_parser_check_rejects_what_llama_cpp_rejects() -> None:
@@ -127,6 +137,23 @@ def test_stream_joins_to_the_answer(gen: ServerGenerator) -> None:
 def test_every_policy_through_the_server(gen: ServerGenerator, policy: Policy) -> None:
     answer = gen.generate(QUESTION, SOURCES, policy, max_new_tokens=24)
     assert_in_range(answer.text, len(SOURCES))
+
+
+def test_a_served_answer_copies_only_the_decimals_the_sources_hold(gen: ServerGenerator) -> None:
+    sources = [
+        Source("The match statement was added in Python 3.10."),
+        Source("f-strings were added in Python 3.6."),
+    ]
+    question = "Which Python version added the match statement? Answer with 3.11 or 3.12."
+    written: set[str] = set()
+    for seed in range(3):
+        answer = gen.generate(question, sources, max_new_tokens=40, do_sample=True, seed=seed)
+        assert_in_range(answer.text, len(sources))
+        # 3.11 and 3.12 are the question's terms: copying those is allowed, inventing is not.
+        assert not re.search(r"\d\.(?!(?:10|6|11|12)\b)\d", answer.text), answer.text
+        written |= set(re.findall(r"\d+\.\d+", answer.text))
+        print(f"llama.cpp server, seed {seed}: {answer.text!r}")
+    assert written and written <= {"3.10", "3.6", "3.11", "3.12"}
 
 
 def test_adversarial_prompt_writes_no_fabricated_marker(gen: ServerGenerator) -> None:

@@ -411,20 +411,30 @@ class WrapUpProcessor(_AnswerReader):
 
 
 class EndBiasProcessor(_AnswerReader):
-    """Raises the end-of-answer tokens right after a cited sentence, more with each one."""
+    """Raises the end-of-answer tokens right after a cited sentence, more with each one.
 
-    def __init__(self, vocab: Sequence[bytes], stop_ids: Sequence[int], bias: float) -> None:
+    ``every_sentence`` (``AUTO``, where a sentence need not be cited): after any sentence, by
+    the number of sentences written, so an answer that cites little still stops when done.
+    """
+
+    def __init__(
+        self, vocab: Sequence[bytes], stop_ids: Sequence[int], bias: float,
+        *, every_sentence: bool = False,
+    ) -> None:
         super().__init__(vocab)
         self._stop = torch.tensor(list(stop_ids), dtype=torch.long)
         self._bias = bias
+        end = r"[.!?]" if every_sentence else r"\]\s*[.!?]"
+        self._ends_here = re.compile(end + "$")
+        self._ended = re.compile(end + r"(?:\s|$)")
 
     def __call__(  # noqa: D102
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor
     ) -> torch.FloatTensor:
         text = self._read(input_ids).decode("utf-8", errors="replace").rstrip()
-        if re.search(r"\]\s*[.!?]$", text):
-            cited = len(re.findall(r"\]\s*[.!?](?:\s|$)", text))
-            scores[0, self._stop.to(scores.device)] += self._bias * cited
+        if self._ends_here.search(text):
+            ended = len(self._ended.findall(text))
+            scores[0, self._stop.to(scores.device)] += self._bias * ended
         return scores
 
 
@@ -477,5 +487,7 @@ def readability_processors(
             tokens, sentence_words, settings.wrap_up_words, settings.wrap_up_bias
         ))
     if settings.end_bias and stop_ids:
-        after.append(EndBiasProcessor(tokens.vocab, stop_ids, settings.end_bias))
+        after.append(EndBiasProcessor(
+            tokens.vocab, stop_ids, settings.end_bias, every_sentence=policy is Policy.AUTO
+        ))
     return before, after

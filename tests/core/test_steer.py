@@ -290,6 +290,15 @@ def test_end_bias_grows_with_cited_sentences() -> None:
     assert out[TOKEN["<eos>"]] == 0.0
 
 
+@pytest.mark.parametrize(("every_sentence", "raised"), [(False, 2.0), (True, 4.0)])
+def test_end_bias_under_auto_counts_every_sentence(every_sentence: bool, raised: float) -> None:
+    answer = (" is", ".", " the", " is", " [", "1", "]", ".")  # one plain, one cited sentence
+    processor = EndBiasProcessor(VOCAB, [TOKEN["<eos>"]], 2.0, every_sentence=every_sentence)
+    assert feed(processor, answer, logits())[TOKEN["<eos>"]] == raised
+    uncited = EndBiasProcessor(VOCAB, [TOKEN["<eos>"]], 2.0, every_sentence=every_sentence)
+    assert feed(uncited, (" is", "."), logits())[TOKEN["<eos>"]] == (2.0 if every_sentence else 0)
+
+
 def test_processors_of_a_call() -> None:
     class Info:
         decoded_vocab = VOCAB

@@ -155,6 +155,45 @@ def test_lexical_support_prefers_the_source_with_the_distinguishing_word() -> No
     assert max(range(3), key=fallback.__getitem__) == 1
 
 
+def test_the_question_counts_beside_the_claim() -> None:
+    sources = [
+        Source("The else clause of a try statement runs when no exception was raised."),
+        Source("The else clause of a for loop runs when the loop ends without break."),
+    ]
+    question = "When does the else clause of a for loop run?"
+    claim = "The else clause runs when no exception was raised"
+    alone = LexicalEvidence(question_weight=0).bind(question, sources).scores(claim)
+    assert alone[0] > alone[1]  # the claim's own words point to the try statement
+    both = LexicalEvidence().bind(question, sources).scores(claim)
+    asked = LexicalEvidence(question_weight=0).bind(question, sources).scores(question)
+    assert both == pytest.approx([(a + 2 * q) / 3 for a, q in zip(alone, asked, strict=True)])
+    # A claim made of words both passages share goes to the one the question is about.
+    shared = "The else clause runs"
+    assert LexicalEvidence(question_weight=0).bind(question, sources).scores(shared) == [
+        pytest.approx(1.0), pytest.approx(1.0)
+    ]
+    scores = LexicalEvidence().bind(question, sources).scores(shared)
+    assert scores[1] > scores[0]
+    # ... while a claim only the other source supports still goes there.
+    strong = LexicalEvidence().bind(question, sources).scores("No exception was raised")
+    assert strong[0] > strong[1]
+
+
+@pytest.mark.parametrize("value", [-1.0, math.inf, math.nan, True, "1"])
+def test_bad_question_weight_raises(value: object) -> None:
+    with pytest.raises(ValueError, match="question_weight must be a finite number >= 0, got "):
+        LexicalEvidence(question_weight=value)  # type: ignore[arg-type]
+
+
+def test_lexical_evidence_equality_includes_the_question_weight() -> None:
+    assert LexicalEvidence() == LexicalEvidence(question_weight=2.0)
+    assert LexicalEvidence() != LexicalEvidence(question_weight=0)
+    assert len({LexicalEvidence(), LexicalEvidence(question_weight=2)}) == 1
+    assert repr(LexicalEvidence(question_weight=0)) == (
+        "LexicalEvidence(weight=16, question_weight=0)"
+    )
+
+
 def test_resolve_evidence() -> None:
     assert resolve_evidence(None) is None
     assert isinstance(resolve_evidence("lexical"), LexicalEvidence)

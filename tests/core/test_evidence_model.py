@@ -30,7 +30,7 @@ def test_evidence_moves_the_marker_to_the_supporting_source(
     assert [c.source_id for c in alone.citations] == [1]
 
     default = default_generator.generate(QUESTION, SOURCES, max_new_tokens=48)
-    for evidence in ("lexical", LexicalEvidence(weight=8.0)):
+    for evidence in ("lexical", LexicalEvidence(weight=16.0, question_weight=2.0)):
         answer = default_generator.generate(QUESTION, SOURCES, max_new_tokens=48,
                                             evidence=evidence)
         assert answer.text == default.text

@@ -38,11 +38,12 @@ class Readability:
     """Move the probability of ending a sentence to opening a marker where the grammar requires
     one first (``REQUIRED``, and ``QUOTES_ONLY`` after a quote)."""
 
-    auto_cite_support: float | None = None
+    auto_cite_support: float | None = 0.5
     """``AUTO`` only: at a sentence end, move part of the ending probability to opening a marker,
-    more the better the best source supports the sentence above this score (lexical support,
-    0..1; 0.5 is a reasonable start). ``None`` (default, not yet measured on held-out questions):
-    never."""
+    more the better the best source supports the sentence above this score (the evidence
+    scorer's support, 0..1; lexical when evidence is off). On the held-out questions it took
+    AUTO's coverage from 0.33 to 0.83 of encyclopedic sentences at precision 0.87, and from 0.02
+    to 0.07 of technical ones at 0.79. ``None``: never."""
 
     no_repeat_ngram: int = 6
     """Block a token that repeats an n-gram of this many tokens already in the answer (0: off)."""

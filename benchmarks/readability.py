@@ -30,7 +30,7 @@ from citebench.data import load_dataset  # noqa: E402
 from citebench.metrics import measure, summarize  # noqa: E402
 
 from citeformer import CiteGenerator, Policy, build_request  # noqa: E402
-from citeformer.evidence import DEFAULT_LEXICAL_WEIGHT, LexicalEvidence  # noqa: E402
+from citeformer.evidence import LexicalEvidence  # noqa: E402
 from citeformer.readability import OFF, Readability  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -48,20 +48,26 @@ ARMS: dict[str, dict[str, Any]] = {
     "no-number-copy": {"readability": replace(DEFAULT, number_penalty=0.0)},
     "no-period-after-marker": {"readability": replace(DEFAULT, period_after_marker=False)},
     "no-end-bias": {"readability": replace(DEFAULT, end_bias=0.0)},
-    "auto-support": {"readability": replace(DEFAULT, auto_cite_support=0.5)},
+    "no-auto-support": {"readability": replace(DEFAULT, auto_cite_support=None)},
     "end-bias-1": {"readability": replace(DEFAULT, end_bias=1.0)},
     "end-bias-3": {"readability": replace(DEFAULT, end_bias=3.0)},
     "repeat-4": {"readability": replace(DEFAULT, no_repeat_ngram=4)},
     "period-only": {"sentence_ends": "."},
+    "no-source-terms": {"source_terms": False},
     "no-wrap-up": {"readability": replace(DEFAULT, wrap_up_words=0)},
     "wrap-up-8": {"readability": replace(DEFAULT, wrap_up_words=8)},
     "evidence-embedding": {"evidence": "embedding"},
-    "evidence-x2": {"evidence": LexicalEvidence(weight=2 * DEFAULT_LEXICAL_WEIGHT)},
+    "question-0": {"evidence": LexicalEvidence(question_weight=0)},
+    "question-1": {"evidence": LexicalEvidence(question_weight=1)},
+    "question-2": {"evidence": LexicalEvidence(question_weight=2)},
+    "question-4": {"evidence": LexicalEvidence(question_weight=4)},
+    "lexical-weight-8": {"evidence": LexicalEvidence(weight=8)},
     "off": {"readability": OFF},
 }
 
 COLUMNS = (
-    ("precision", "precision"), ("cites_gold", "cites gold"), ("correctness", "correct"),
+    ("precision", "precision"), ("claim_best", "claim best"), ("cites_gold", "cites gold"),
+    ("correctness", "correct"),
     ("finished", "finished"), ("repetition", "repeats"), ("after_punctuation", "after ,;:("),
     ("after_dangling_word", "after the/of"), ("long_sentences", "at bound"),
     ("coverage", "coverage"),
@@ -131,6 +137,7 @@ def _settings(request: Any) -> dict[str, Any]:
         "readability": asdict(request.readability) if request.readability else None,
         "evidence": repr(request.evidence),
         "sentence_ends": request.grammar.sentence_ends,
+        "source_terms": request.grammar.source_terms,
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from citebench.data import Item
 from citeformer import scan_markers
+from citeformer.evidence import LexicalEvidence, claim_of
 from citeformer.grammar import DEFAULT_MAX_SENTENCE_WORDS
 
 # A sentence runs to . ! or ?, plus any markers right after it (``... end. [2]``), followed by white
@@ -39,7 +40,7 @@ DANGLING_WORDS = frozenset({
 COUNTS = (
     "markers", "fabricated", "out_of_range", "malformed", "precise", "sentences",
     "cited_sentences", "long_sentences", "cite_groups", "groups_after_punctuation",
-    "groups_after_dangling_word", "unsupported_numbers",
+    "groups_after_dangling_word", "unsupported_numbers", "claim_best",
 )
 FLAGS = (
     "correct", "stacked_markers", "cut_off", "repeated_phrase", "degenerate", "no_marker",
@@ -154,6 +155,22 @@ def unsupported_numbers(text: str, sources: Iterable[str]) -> list[str]:
     return sorted(numbers(text) - supported)
 
 
+def claim_best(item: Item, text: str) -> int:
+    """Markers whose source is among the best lexical matches of the claim they close alone.
+
+    The claim is the text since the previous marker or sentence end; the question is left out,
+    so this says how often a marker names a source the sentence's own words point to.
+    """
+    scan = scan_markers(text, len(item.passages))
+    support = LexicalEvidence(question_weight=0).bind(item.question, item.sources())
+    best = 0
+    for citation in scan.citations:
+        head = re.sub(r"(?:\[\d+\]\s*)+$", "", text[: citation.start])
+        scores = support.scores(claim_of(head))
+        best += scores[citation.source_id - 1] >= max(scores)
+    return best
+
+
 def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
     """Counts and flags for one answer (its text and finish reason) to one item."""
     n = len(item.passages)
@@ -186,6 +203,7 @@ def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
         "degenerate": stacked or cut_off or repeated,
         "no_marker": scan.total == 0,
         "cites_gold": any(c.source_id in gold for c in scan.citations),
+        "claim_best": claim_best(item, text),
     }
 
 
@@ -239,6 +257,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "fabrication_rate": rate(total["fabricated"], total["markers"]),
         "answers_with_fabrication": rate(sum(r["fabricated"] > 0 for r in rows), answers),
         "precision": rate(total["precise"], total["markers"]),
+        "claim_best": rate(total["claim_best"], total["markers"]),
         "coverage": rate(total["cited_sentences"], total["sentences"]),
         "correctness": rate(flag["correct"], answers),
         "no_marker": rate(flag["no_marker"], answers),

@@ -215,3 +215,12 @@ def test_summarize_pools_the_new_measurements() -> None:
     assert summary["answers_with_unsupported_number"]["k"] == 1
     assert summary["correctness"]["k"] == 2
     assert summary["long_sentences"]["n"] == 3
+
+
+def test_claim_best_counts_markers_the_claims_own_words_point_to() -> None:
+    # "parentheses" only occurs in p1, "finally" only in p2; "version" in both (a tie counts).
+    text = "It allows parentheses [1]. It allows parentheses [2]. Continue in finally [2][1]."
+    record = measure(ITEM, text, "stop")
+    assert record["markers"] == 4 and record["claim_best"] == 2
+    assert measure(ITEM, "A new version [1][2].", "stop")["claim_best"] == 2
+    assert summarize([_record(text)])["claim_best"]["k"] == 2

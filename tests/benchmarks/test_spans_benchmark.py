@@ -45,10 +45,11 @@ def test_stored_answers_reads_the_first_file_there_is(tmp_path: Path) -> None:
 
 
 # Measured on the stored held-out answers (results/readability_test.json, the distinct answers of
-# every citeformer arm; `python benchmarks/spans.py --answers readability_test.json`): the span
-# holds the gold answer in 100% (43/43) of gold citations of the encyclopedic set and 70%
-# (184/264) of the technical one, where a claim often does not state the answer the passage
-# holds elsewhere (the span follows the claim's words). The floors sit a little below.
+# every citeformer arm; `python benchmarks/spans.py --answers readability_test.json`): of the
+# gold citations whose passage holds the gold answer (the most a span can reach), the span holds
+# it in 100% (29/29) of the encyclopedic set and 77% (98/128) of the technical one, where a claim
+# often does not state the answer the passage holds elsewhere (the span follows the claim's
+# words). The floors sit a little below.
 SPAN_FLOORS = {"encyclopedic": 0.95, "technical": 0.65}
 
 
@@ -62,6 +63,6 @@ def test_spans_of_the_held_out_answers_hold_the_gold_answer() -> None:
         mine = [a for a in answers if a[0] == dataset]
         assert all(items[item_id].split == "test" for _, item_id, _ in mine)
         result = measure(mine, items)
-        share = result["gold_span_has_answer"]
-        assert share["n"] >= 30, share  # enough gold citations to mean something
-        assert share["value"] >= floor, (dataset, share)
+        span, passage = result["gold_span_has_answer"], result["gold_passage_has_answer"]
+        assert passage["k"] >= 25, passage  # enough gold citations to mean something
+        assert span["k"] >= floor * passage["k"], (dataset, span, passage)

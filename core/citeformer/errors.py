@@ -22,6 +22,8 @@ The tree::
 
 from __future__ import annotations
 
+import math
+
 
 class CiteformerError(Exception):
     """Base class of every error citeformer raises on purpose."""
@@ -100,3 +102,12 @@ class ServerIgnoredGrammarError(GrammarViolationError):
         super().__init__(message)
         self.marker = marker
         """The offending marker as the server wrote it, e.g. ``'[7]'``."""
+
+
+def check_non_negative(name: str, value: object) -> float:
+    """``value`` as a float if it is a finite number >= 0; else an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+        math.isfinite(value) and value >= 0
+    ):
+        raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)

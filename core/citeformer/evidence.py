@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.errors import InputTypeError, InvalidInputError, check_non_negative
 from citeformer.types import Source
 
 DEFAULT_EVIDENCE = "lexical"
@@ -148,13 +148,7 @@ class LexicalEvidence(Evidence):
         question_weight: float = DEFAULT_QUESTION_WEIGHT,
     ) -> None:
         super().__init__(weight=weight)
-        if isinstance(question_weight, bool) or not isinstance(question_weight, (int, float)) or (
-            not (math.isfinite(question_weight) and question_weight >= 0)
-        ):
-            raise InvalidInputError(
-                f"question_weight must be a finite number >= 0, got {question_weight!r}"
-            )
-        self.question_weight = float(question_weight)
+        self.question_weight = check_non_negative("question_weight", question_weight)
 
     def bind(self, question: str, sources: Sequence[Source]) -> Support:  # noqa: D102
         return _LexicalSupport(question, sources, self.question_weight)

@@ -24,10 +24,9 @@ verbatim quotes are untouched:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from citeformer.errors import InvalidInputError
+from citeformer.errors import InvalidInputError, check_non_negative
 
 
 @dataclass(frozen=True)
@@ -99,11 +98,7 @@ class Readability:
                 f"wrap_up_words must be an int >= 0 (0: off), got {self.wrap_up_words!r}"
             )
         for name in ("number_penalty", "end_bias", "wrap_up_bias"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and value >= 0
-            ):
-                raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
+            check_non_negative(name, getattr(self, name))
 
 
 OFF = Readability(

@@ -34,8 +34,9 @@ from citeformer.errors import InputTypeError, InvalidInputError, check_non_negat
 from citeformer.types import Source
 
 DEFAULT_EVIDENCE = "lexical"
-"""What ``CiteGenerator.generate``/``stream`` use unless told otherwise: on the held-out split of
-the benchmarks it doubled citation precision at well under a millisecond per marker."""
+"""What ``CiteGenerator.generate``/``stream`` use unless told otherwise: on the held-out
+encyclopedic questions (64 new tokens) it takes REQUIRED's citation precision from 31% to 83%, at
+well under a millisecond per marker."""
 DEFAULT_LEXICAL_WEIGHT = 16.0
 DEFAULT_QUESTION_WEIGHT = 2.0
 """How much the question counts beside the claim in ``LexicalEvidence`` (see there)."""

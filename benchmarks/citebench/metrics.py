@@ -10,7 +10,7 @@ from typing import Any
 
 from citebench.data import Item
 from citeformer import scan_markers
-from citeformer.evidence import LexicalEvidence, claim_of
+from citeformer.evidence import LexicalEvidence, claim_before_marker
 from citeformer.grammar import DEFAULT_MAX_SENTENCE_WORDS
 
 # A sentence runs to . ! or ?, plus any markers right after it (``... end. [2]``), followed by white
@@ -165,8 +165,9 @@ def claim_best(item: Item, text: str) -> int:
     support = LexicalEvidence(question_weight=0).bind(item.question, item.sources())
     best = 0
     for citation in scan.citations:
-        head = re.sub(r"(?:\[\d+\]\s*)+$", "", text[: citation.start])
-        scores = support.scores(claim_of(head))
+        # The text up to this marker's "[" ends in an open group: the claim the marker cites.
+        claim = claim_before_marker(text[: citation.start + 1])
+        scores = support.scores(claim or "")
         best += scores[citation.source_id - 1] >= max(scores)
     return best
 

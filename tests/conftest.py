@@ -20,18 +20,42 @@ def default_generator() -> CiteGenerator:
     return CiteGenerator.default(progress=False)
 
 
+_LLAMA_SERVERS: list[LlamaServer] = []
+"""The session's llama.cpp server once started, watched by ``_llama_server_alive``."""
+
+
 @pytest.fixture(scope="session")
 def llama_server() -> Iterator[LlamaServer]:
     """One real llama.cpp server (llama-cpp-python's) on loopback for the whole run, stopped at
-    the end; it serves the embedded model's GGUF."""
+    the end; it serves the embedded model's GGUF. The log of a server that died is kept."""
     from tests.server.llama_server import start_llama_server
 
     server = start_llama_server()
+    _LLAMA_SERVERS.append(server)
     try:
         yield server
     finally:
+        _LLAMA_SERVERS.remove(server)
+        died = server.exit_report() is not None
         server.stop()
-        server.log.unlink(missing_ok=True)
+        if not died:
+            server.log.unlink(missing_ok=True)
+
+
+@pytest.fixture(autouse=True)
+def _llama_server_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that needs the session's llama.cpp server fails with the server's exit status and
+    log tail once it is gone, not with "connection refused"; the test during which it died gets
+    the same report at teardown."""
+    if "llama_server" in request.fixturenames:
+        for server in _LLAMA_SERVERS:
+            if (report := server.exit_report()) is not None:
+                pytest.fail(report, pytrace=False)
+    alive = [server for server in _LLAMA_SERVERS if server.process.poll() is None]
+    yield
+    for server in alive:
+        if (report := server.exit_report()) is not None:
+            pytest.fail(f"during this test, {report}", pytrace=False)
 
 
 # Every answer assembled in a test that runs a real model, server or notebook kernel has the

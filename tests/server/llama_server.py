@@ -45,6 +45,26 @@ class LlamaServer:
     def log_tail(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")[-3000:]
 
+    def exit_report(self) -> str | None:
+        """``None`` while the server runs; once it is gone, its exit status and log tail."""
+        code = self.process.poll()
+        if code is None:
+            return None
+        return (
+            f"the llama.cpp server at {self.url} is gone ({describe(code)}); the last lines of "
+            f"its log {self.log}:\n{self.log_tail()}"
+        )
+
+
+def describe(returncode: int) -> str:
+    """``-11`` as ``exit -11 (SIGSEGV)``: how a process that died of a signal ended."""
+    if returncode < 0:
+        try:
+            return f"exit {returncode} ({signal.Signals(-returncode).name})"
+        except ValueError:
+            pass
+    return f"exit {returncode}"
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -56,8 +76,9 @@ def start_llama_server(n_ctx: int = 2048) -> LlamaServer:
     """Start a server on a free loopback port and wait until it lists its model."""
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+    # faulthandler: a crash in llama.cpp leaves the Python stack that called it in the log.
     command = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path()),
+        sys.executable, "-X", "faulthandler", "-m", "llama_cpp.server", "--model", str(gguf_path()),
         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
         "--model_alias", "smollm2-135m", "--verbose", "False",
     ]
@@ -70,9 +91,7 @@ def start_llama_server(n_ctx: int = 2048) -> LlamaServer:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(
-                f"the llama.cpp server exited with {process.returncode}:\n{server.log_tail()}"
-            )
+            raise RuntimeError(str(server.exit_report()))
         try:
             if httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 200:
                 return server

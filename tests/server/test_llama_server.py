@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import time
 
 import pytest
@@ -289,3 +290,33 @@ def test_cli_through_the_server(llama_server: LlamaServer, capsys: pytest.Captur
     assert code == 0, captured.err
     answer = json.loads(captured.out)
     assert_in_range(answer["text"], len(answer["sources"]))
+
+
+def test_the_build_runs_a_multi_token_prompt_on_this_cpu() -> None:
+    # The reproduction of a build for another CPU's instruction sets (an AMX build segfaulted on
+    # the first prompt of more than one token), in a child process so that a crash is an exit
+    # status here, not the end of the test run.
+    from tests.server.llama_smoke import run
+
+    done = run()
+    assert done.returncode == 0, f"{done.returncode}: {done.stdout}{done.stderr[-2000:]}"
+    features = done.stdout.splitlines()[0]
+    # The Makefile pins x86-64-v3: AVX2 on, AVX-512 and AMX compiled out.
+    assert "AVX2 = 1" in features, features
+    assert "AMX_INT8 = 1" not in features and "AVX512 = 1" not in features, features
+    assert "prompt tokens" in done.stdout and int(done.stdout.split()[-3]) > 1, done.stdout
+
+
+def test_a_dead_server_reports_its_exit_status_and_log() -> None:
+    server = start_llama_server()
+    try:
+        assert server.exit_report() is None
+        server.process.send_signal(signal.SIGSEGV)
+        server.process.wait(timeout=30)
+        report = server.exit_report()
+        assert report is not None and "SIGSEGV" in report, report
+        # The faulthandler's dump: where in the server the crash happened.
+        assert "Fatal Python error: Segmentation fault" in report, report
+    finally:
+        server.stop()
+        server.log.unlink(missing_ok=True)

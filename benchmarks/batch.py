@@ -5,7 +5,7 @@
     python benchmarks/batch.py --policy auto --threads 2 --sizes 1 8 32 --tokens 48 128
 
 Every arm answers benchmark questions (``--policy``, the default lexical evidence, greedy) with
-the embedded model and runs exactly the steps of ``answer_batch``: ``citeformer.batch``'s
+the embedded model and runs exactly the steps of ``answer_batch``: ``citeformer.decoding``'s
 ``prepare_all``, ``plan_batches``, ``decode`` (one left-padded ``model.generate`` per batch) and
 ``answer_of`` (the re-checked answer); a batch of one is what ``answer`` runs. Each row is made to
 write exactly its token budget (the model's ``min_new_tokens``), so that every arm does the same
@@ -51,7 +51,7 @@ from citebench.data import Item, load_items  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 from citeformer import CiteGenerator, GenerationRequest, Source, build_request  # noqa: E402
-from citeformer import batch as batching  # noqa: E402
+from citeformer.decoding import batching  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -131,16 +131,17 @@ def run_arm(gen: CiteGenerator, requests: Sequence[GenerationRequest], batch_siz
             ) -> dict[str, Any]:
     """Answer ``requests`` as ``answer_batch`` does, timing each step of each batch."""
     started = time.perf_counter()
-    rows = batching.prepare_all(gen, requests)
+    engine = gen.engine
+    rows = batching.prepare_all(engine.prepare, requests)
     generated = decode_seconds = 0.0
     step_gaps: list[float] = []
     mask: list[float] = []
     with PeakRss() as memory:
         for indices in batching.plan_batches(rows, batch_size):
             clock = StepClock()
-            decoded = batching.decode(gen, [rows[i] for i in indices], streamer=clock)
+            decoded = engine.run([rows[i] for i in indices], streamer=clock)
             for i, ids in zip(indices, decoded.ids, strict=True):
-                batching.answer_of(gen, rows[i], ids)
+                engine.finish(rows[i], ids)
                 # Tokens after each row's first: the decode phase, prefill excluded.
                 generated += len(ids) - 1
             decode_seconds += clock.times[-1] - clock.times[0]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from citebench.data import load_dataset  # noqa: E402
 from citebench.metrics import quantiles  # noqa: E402
 
-from citeformer import CiteGenerator, batch, build_request  # noqa: E402
+from citeformer import CiteGenerator, build_request  # noqa: E402
 
 ARMS = {"default": {}, "off": {"readability": None}}
 
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     gen = CiteGenerator.default(progress=False)
+    engine = gen.engine
     items = [i for i in load_dataset("technical") if i.split == "dev"][:3]
     rates: dict[str, list[float]] = {arm: [] for arm in ARMS}
     steps: dict[str, list[float]] = {arm: [] for arm in ARMS}
@@ -53,10 +54,10 @@ def main(argv: list[str] | None = None) -> None:
                 one = build_request(item.question, item.sources(), max_new_tokens=1, **options)
                 full = one.replace(max_new_tokens=args.tokens)
                 started = time.perf_counter()
-                batch.decode(gen, [batch.prepare(gen, one)])
+                engine.run([engine.prepare(one)])
                 first = time.perf_counter() - started
                 started = time.perf_counter()
-                decoded = batch.decode(gen, [batch.prepare(gen, full)])
+                decoded = engine.run([engine.prepare(full)])
                 seconds = time.perf_counter() - started - first
                 tokens = len(decoded.ids[0])
                 steps[arm] += decoded.step_seconds

@@ -6,8 +6,8 @@
 No generation: the answers are those a benchmark run stored (``results/readability_test.json``
 if present, else ``readability_dev.json``, else ``quality.json``, every arm or system, each
 distinct answer text once; the ``unconstrained`` arm left out). Each answer's markers are parsed
-(``citeformer.parse_citations``) and their spans located again (``citeformer.spans.with_evidence``)
-against the item's passages.
+(``citeformer.parse_citations``) and their spans located again
+(``citeformer.evidence.spans.with_evidence``) against the item's passages.
 Per question set it reports:
 
 - ``gold_span_has_answer``: of the citations whose marker names a gold passage, the share whose
@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from citebench.data import Item, load_dataset  # noqa: E402
 
 from citeformer import parse_citations  # noqa: E402
-from citeformer import spans as spans_module  # noqa: E402
-from citeformer.spans import WEAK_SUPPORT, with_evidence  # noqa: E402
+from citeformer.evidence import spans as spans_module  # noqa: E402
+from citeformer.evidence.spans import WEAK_SUPPORT, with_evidence  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 INPUTS = ("readability_test.json", "readability_dev.json", "quality.json")

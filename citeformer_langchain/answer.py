@@ -7,16 +7,18 @@ together here, as ``AIMessage`` and ``AIMessageChunk`` do in langchain-core.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, cast
 
 from langchain_core.documents import Document
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from typing_extensions import Self
 
-from citeformer.types import EvidenceSpan
+from citeformer.answers import unshown_text
+from citeformer.errors import InvalidInputError
+from citeformer.types import Citation, CitedAnswer, EvidenceSpan, FinishReason, Quote
+from citeformer_langchain.inputs import to_sources
 
-if TYPE_CHECKING:
-    from citeformer.types import CitedAnswer
+__all__ = ["CitationAnswer", "CitationAnswerChunk", "DocumentCitation", "DocumentQuote"]
 
 
 class DocumentCitation(BaseModel):
@@ -78,7 +80,7 @@ class CitationAnswer(BaseModel):
     ``citations`` are in order of appearance; ``citations[i].document`` is
     ``documents[citations[i].source_id - 1]``. ``documents`` are the documents the model was
     shown: those passed in, in order, without any left out for having a blank ``page_content``.
-    ``to_dict()`` gives a plain dict for JSON.
+    ``to_dict()`` gives a plain dict for JSON, ``cited_answer`` the core answer it stands for.
     """
 
     text: str = ""
@@ -104,13 +106,14 @@ class CitationAnswer(BaseModel):
     generated_tokens: int = 0
     """Number of tokens generated, the end-of-sequence token included."""
 
+    _cited: CitedAnswer | None = PrivateAttr(default=None)
+
     @classmethod
     def from_cited_answer(
         cls, answer: CitedAnswer, documents: Sequence[Document]
     ) -> Self:
-        """Pair a core ``CitedAnswer`` with the documents its sources were made from, in order."""
-        from citeformer.errors import InvalidInputError
-
+        """Pair a core ``CitedAnswer`` with the documents its sources were made from, in order;
+        the answer is kept, as ``cited_answer``."""
         documents = list(documents)
         if len(documents) != len(answer.sources):
             # A mismatch would make source_id point at the wrong Document: refuse rather than guess.
@@ -133,7 +136,7 @@ class CitationAnswer(BaseModel):
             )
             for q in answer.quotes
         ]
-        return cls(
+        paired = cls(
             text=answer.text,
             citations=citations,
             documents=documents,
@@ -141,6 +144,34 @@ class CitationAnswer(BaseModel):
             finish_reason=answer.finish_reason,
             prompt_tokens=answer.prompt_tokens,
             generated_tokens=answer.generated_tokens,
+        )
+        paired._cited = answer
+        return paired
+
+    @property
+    def cited_answer(self) -> CitedAnswer:
+        """The core answer this one stands for; its sources are what the model was shown.
+
+        It is the very answer this one was made from (titles read with the runnable's
+        ``title_keys``). A streamed chunk that is not the last one, or an answer built by hand,
+        has none: its fields are made into one, titled by the default keys.
+        """
+        if self._cited is not None and self._cited.text == self.text:
+            return self._cited
+        return CitedAnswer(
+            text=self.text,
+            citations=tuple(
+                Citation(c.source_id, c.start, c.end, c.evidence) for c in self.citations
+            ),
+            sources=tuple(to_sources(self.documents)),
+            # None only on a streamed chunk that is not the last one.
+            finish_reason=cast(FinishReason, self.finish_reason),
+            prompt_tokens=self.prompt_tokens,
+            generated_tokens=self.generated_tokens,
+            quotes=tuple(
+                Quote(q.text, q.source_id, q.start, q.end, q.source_start, q.source_end)
+                for q in self.quotes
+            ),
         )
 
     @property
@@ -151,15 +182,13 @@ class CitationAnswer(BaseModel):
     def _repr_markdown_(self) -> str:
         # Jupyter shows an answer rendered: linked markers, then its cited documents.
         from citeformer.render import to_markdown, unique_id_prefix
-        from citeformer_langchain.render import core_answer
 
-        return to_markdown(core_answer(self), id_prefix=unique_id_prefix())
+        return to_markdown(self.cited_answer, id_prefix=unique_id_prefix())
 
     def _repr_html_(self) -> str:
         from citeformer.render import to_html, unique_id_prefix
-        from citeformer_langchain.render import core_answer
 
-        return to_html(core_answer(self), id_prefix=unique_id_prefix())
+        return to_html(self.cited_answer, id_prefix=unique_id_prefix())
 
     @property
     def cited_documents(self) -> list[Document]:
@@ -172,25 +201,8 @@ class CitationAnswer(BaseModel):
 
         Document metadata is passed through as it is, so it is JSON-ready when the metadata is.
         """
-        from citeformer.types import Citation, CitedAnswer, Quote
-
-        core = CitedAnswer(
-            text=self.text,
-            citations=tuple(
-                Citation(c.source_id, c.start, c.end, c.evidence) for c in self.citations
-            ),
-            sources=(),  # the documents below stand for them
-            # None only on a streamed chunk that is not the last one.
-            finish_reason=self.finish_reason,  # type: ignore[arg-type]
-            prompt_tokens=self.prompt_tokens,
-            generated_tokens=self.generated_tokens,
-            quotes=tuple(
-                Quote(q.text, q.source_id, q.start, q.end, q.source_start, q.source_end)
-                for q in self.quotes
-            ),
-        )
-        data = core.to_dict()
-        del data["sources"]
+        data = self.cited_answer.to_dict()
+        del data["sources"]  # the documents below stand for them
         data["documents"] = [
             {
                 "source_id": i, "id": d.id, "page_content": d.page_content,
@@ -214,15 +226,13 @@ class CitationAnswerChunk(CitationAnswer):
     def last(cls, answer: CitedAnswer, documents: Sequence[Document], *, shown: str) -> Self:
         """The last chunk of a stream whose earlier chunks showed ``shown``: the citations,
         quotes, documents, finish reason and token counts, with the text not shown yet."""
-        from citeformer.answers import unshown_text
-
         final = cls.from_cited_answer(answer, documents)
         return final.model_copy(update={"text": unshown_text(answer.text, shown)})
 
     def __add__(self, other: object) -> CitationAnswerChunk:
         if not isinstance(other, CitationAnswerChunk):
             return NotImplemented
-        return CitationAnswerChunk(
+        total = CitationAnswerChunk(
             text=self.text + other.text,
             citations=[*self.citations, *other.citations],
             # Only the last chunk has these; a later chunk's values win.
@@ -232,3 +242,5 @@ class CitationAnswerChunk(CitationAnswer):
             prompt_tokens=other.prompt_tokens or self.prompt_tokens,
             generated_tokens=other.generated_tokens or self.generated_tokens,
         )
+        total._cited = other._cited or self._cited
+        return total

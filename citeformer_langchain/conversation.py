@@ -1,7 +1,22 @@
-"""Conversations: the standalone question of a follow-up, and the history-aware citation chain."""
+"""Conversations: the standalone question of a follow-up, and the history-aware citation chain.
+
+``CitationRunnable.conversational(retriever)`` builds the chain; under
+``RunnableWithMessageHistory`` it keeps the turns of each session:
+
+.. code-block:: python
+
+    chat = RunnableWithMessageHistory(
+        CitationRunnable.conversational(retriever, llm=pipeline_llm),
+        get_session_history, input_messages_key="question",
+        history_messages_key="chat_history", output_messages_key="answer",
+    )
+    chat.invoke({"question": "When was it finished?"},
+                config={"configurable": {"session_id": "s1"}})["answer"]
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -16,14 +31,16 @@ from pydantic import Field
 from typing_extensions import override
 
 from citeformer.conversation import DEFAULT_CONDENSE_TOKENS, acondense, condense
+from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.request import check_question
+from citeformer_langchain.answer import CitationAnswer
 from citeformer_langchain.inputs import QUESTION_KEYS, read_history
 from citeformer_langchain.models import GeneratorStep
 
 if TYPE_CHECKING:
     from langchain_core.retrievers import RetrieverLike
 
-    from citeformer_langchain.answer import CitationAnswer
-    from citeformer_langchain.runnable import CitationRunnable
+__all__ = ["StandaloneQuestion", "conversational_chain"]
 
 
 class StandaloneQuestion(GeneratorStep[dict[str, Any], str]):
@@ -93,7 +110,7 @@ class StandaloneQuestion(GeneratorStep[dict[str, Any], str]):
 
 
 def conversational_chain(
-    cite: CitationRunnable,
+    cite: GeneratorStep[dict[str, Any], CitationAnswer],
     retriever: RetrieverLike,
     *,
     condense_tokens: int = DEFAULT_CONDENSE_TOKENS,
@@ -118,11 +135,6 @@ def _answer_text(value: dict[str, Any]) -> str:
 
 
 def _read(value: object) -> tuple[str, list[tuple[str, str]]]:
-    from collections.abc import Mapping
-
-    from citeformer.errors import InputTypeError, InvalidInputError
-    from citeformer.request import check_question
-
     if not isinstance(value, Mapping):
         raise InputTypeError(
             f"StandaloneQuestion takes a dict with the question under 'question' (or 'input') "

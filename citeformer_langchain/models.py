@@ -15,18 +15,28 @@ class (or a base of it) comes from them: importing ``citeformer_langchain`` impo
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlsplit
 
 from langchain_core.runnables import RunnableSerializable
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from citeformer.errors import InputTypeError, InvalidInputError
-from citeformer.types import AnswerGenerator, AsyncAnswerGenerator
+from citeformer.integration import (
+    check_generator,
+    or_default,
+    packages_of,
+    refuse_server_settings,
+    resolve_generator,
+    server_for_openai_model,
+    unknown_names_message,
+    unsupported_llm,
+)
+from citeformer.request import AnswerGenerator, AsyncAnswerGenerator
+
+__all__ = ["ACCEPTED_MODELS", "GeneratorStep", "generator_from"]
 
 ACCEPTED_MODELS = (
     "langchain_huggingface.HuggingFacePipeline",
@@ -36,12 +46,9 @@ ACCEPTED_MODELS = (
 )
 """The model classes ``llm=`` takes; the OpenAI ones with a ``base_url`` and an ``engine=``."""
 
-OPENAI_HOSTS = ("api.openai.com",)
-"""Hosts whose API takes no grammar."""
-
 _PACKAGES = ("langchain_huggingface", "langchain_openai")
 _KINDS = (
-    "HuggingFacePipeline or ChatHuggingFace (langchain-huggingface), or a ChatOpenAI or OpenAI "
+    "a HuggingFacePipeline or ChatHuggingFace (langchain-huggingface), or a ChatOpenAI or OpenAI "
     "with a base_url (langchain-openai)"
 )
 
@@ -58,27 +65,27 @@ def generator_from(
     ``max_retries``, ``headers``, ``context_length``, ``transport``); they win over the values
     read from the model.
     """
-    package = _package_of(llm)
-    if package == "langchain_huggingface":
+    packages = packages_of(llm, _PACKAGES)
+    if "langchain_huggingface" in packages:
         from langchain_huggingface import ChatHuggingFace, HuggingFacePipeline
 
         if isinstance(llm, (ChatHuggingFace, HuggingFacePipeline)):
-            from citeformer.server._openai import refuse_server_settings
-
             refuse_server_settings(
                 llm, "OpenAI-compatible model (ChatOpenAI, OpenAI)", engine, server_options
             )
             return _from_huggingface(llm)
-    elif package == "langchain_openai":
+    if "langchain_openai" in packages:
         from langchain_openai import ChatOpenAI, OpenAI
 
         if isinstance(llm, (ChatOpenAI, OpenAI)):
-            return _from_openai(llm, engine, dict(server_options or {}))
-    raise InputTypeError(
-        f"llm= takes a {_KINDS}; got a {type(llm).__qualname__} ({_qualified(type(llm))}), "
-        "which cannot run under the citation grammar. A citeformer generator (CiteGenerator, "
-        "ServerGenerator, citeformer.testing.FakeGenerator) goes to generator= instead"
-    )
+            kind = type(llm).__name__
+            return server_for_openai_model(
+                kind, llm.openai_api_base, llm.model_name, url_field="base_url", suggest=kind,
+                engine=engine, api_key=_secret(llm.openai_api_key), headers=llm.default_headers,
+                timeout=llm.request_timeout, max_retries=llm.max_retries,
+                options=dict(server_options or {}),
+            )
+    raise unsupported_llm(llm, _KINDS, "generator=")
 
 
 def _from_huggingface(llm: Any) -> AnswerGenerator:
@@ -117,25 +124,6 @@ def _from_huggingface(llm: Any) -> AnswerGenerator:
     return CiteGenerator(pipeline.model, tokenizer)
 
 
-def _from_openai(llm: Any, engine: str | None, options: dict[str, Any]) -> AnswerGenerator:
-    kind = type(llm).__name__
-    base_url = llm.openai_api_base
-    if not base_url or urlsplit(base_url).hostname in OPENAI_HOSTS:
-        raise InvalidInputError(
-            f"the {kind} has no base_url, so it talks to OpenAI's API, which takes no grammar; "
-            f"point it at a llama.cpp, vLLM or SGLang server: "
-            f"{kind}(base_url='http://host:8000/v1', model=...), and pass engine='vllm' (or "
-            "'llama.cpp', 'sglang', 'vllm-guided')"
-        )
-    from citeformer.server._openai import server_for_openai_model
-
-    return server_for_openai_model(
-        kind, base_url, llm.model_name, engine=engine, api_key=_secret(llm.openai_api_key),
-        headers=llm.default_headers, timeout=llm.request_timeout, max_retries=llm.max_retries,
-        options=options,
-    )
-
-
 def _secret(value: Any) -> str | None:
     if value is None:
         return None
@@ -150,24 +138,6 @@ def _secret(value: Any) -> str | None:
     )
 
 
-def _package_of(value: object) -> str | None:
-    # The class and its bases, so that a subclass of HuggingFacePipeline is recognised too.
-    for klass in type(value).__mro__:
-        root = klass.__module__.partition(".")[0]
-        if root in _PACKAGES:
-            return root
-    return None
-
-
-def _qualified(klass: type) -> str:
-    return f"{klass.__module__}.{klass.__qualname__}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 Input = TypeVar("Input")
 Output = TypeVar("Output")
 
@@ -175,7 +145,12 @@ Output = TypeVar("Output")
 class GeneratorStep(RunnableSerializable[Input, Output], Generic[Input, Output]):
     """A chain step run by one citeformer generator: given, built from ``llm``, or the default.
 
-    A misspelt or unknown keyword is refused at construction, naming it.
+    ``llm=`` takes your own LangChain model as it is: a ``HuggingFacePipeline`` or a
+    ``ChatHuggingFace`` over one (a ``CiteGenerator`` over its model and tokenizer), or a
+    ``ChatOpenAI``/``OpenAI`` with a ``base_url`` and ``engine=`` (a ``ServerGenerator`` on that
+    server, with the model's name, API key, headers, timeout and retries). Any other model, a
+    misspelt keyword, or an OpenAI model without a ``base_url`` (OpenAI's own API takes no
+    grammar) is refused at construction, naming it.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -203,64 +178,30 @@ class GeneratorStep(RunnableSerializable[Input, Output], Generic[Input, Output])
     _built: AnswerGenerator | None = PrivateAttr(default=None)
 
     def __init__(self, **fields: Any) -> None:
-        unknown = sorted(set(fields) - set(type(self).model_fields))
+        unknown = set(fields) - set(type(self).model_fields)
         if unknown:
-            raise InputTypeError(_unknown_message(type(self), unknown))
+            raise InputTypeError(
+                unknown_names_message(type(self).__name__, unknown, type(self).model_fields)
+            )
         super().__init__(**fields)
-        if self.llm is not None:
-            if self.generator is not None:
-                raise InvalidInputError(
-                    f"{type(self).__name__} got both generator= and llm=; pass one: llm= is "
-                    "turned into a generator"
-                )
-            self._built = generator_from(
-                self.llm, engine=self.engine, server_options=self.server_options
-            )
-        elif self.engine is not None or self.server_options:
-            raise InvalidInputError(
-                "engine= and server_options= describe the server of an OpenAI-compatible llm=; "
-                "without llm= they do nothing. Build a citeformer.ServerGenerator and pass it "
-                "as generator= instead"
-            )
+        self._built = resolve_generator(
+            type(self).__name__, self.generator, self.llm, engine=self.engine,
+            server_options=self.server_options, from_llm=generator_from,
+        )
 
     @field_validator("generator", mode="before")
     @classmethod
     def _check_generator(cls, value: object) -> object:
-        if value is not None and not isinstance(value, AnswerGenerator):
-            missing = [m for m in ("answer", "answer_stream") if not hasattr(value, m)]
-            raise InputTypeError(
-                f"generator must be a citeformer.CiteGenerator, a ServerGenerator or another "
-                f"AnswerGenerator (or None for the embedded model); got {_short(value)} of "
-                f"type {type(value).__name__}, which has no "
-                f"{' or '.join(f'{m}()' for m in missing) or 'callable answer()'}. A LangChain "
-                "model goes to llm="
-            )
-        return value
+        return check_generator(value, llm_kind="LangChain model")
 
     @property
     def resolved_generator(self) -> AnswerGenerator | None:
         """The generator given or built from ``llm``; ``None`` means the embedded default."""
-        return self.generator if self.generator is not None else self._built
+        return self._built
 
     def _generator(self) -> AnswerGenerator:
-        generator = self.resolved_generator
-        if generator is not None:
-            return generator
-        from citeformer import CiteGenerator
-
-        return CiteGenerator.default()
+        return or_default(self._built)
 
     def _served(self) -> bool:
         # An async generator (ServerGenerator) is awaited, and answers many requests at once.
-        return isinstance(self.resolved_generator, AsyncAnswerGenerator)
-
-
-def _unknown_message(klass: type[GeneratorStep[Any, Any]], unknown: list[str]) -> str:
-    fields = sorted(klass.model_fields)
-    hints = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, fields, n=1)
-        hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
-    return (
-        f"{klass.__name__} has no field {', '.join(hints)}; its fields are {', '.join(fields)}"
-    )
+        return isinstance(self._built, AsyncAnswerGenerator)

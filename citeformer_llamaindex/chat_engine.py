@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import (
@@ -32,6 +33,7 @@ from llama_index.core.tools import ToolOutput
 from citeformer.conversation import DEFAULT_CONDENSE_TOKENS, acondense, condense
 from citeformer.errors import InputTypeError, InvalidInputError
 from citeformer.request import check_question
+from citeformer_llamaindex.history import to_messages, to_turns
 from citeformer_llamaindex.synthesizer import CitationSynthesizer
 
 if TYPE_CHECKING:
@@ -39,11 +41,11 @@ if TYPE_CHECKING:
     from llama_index.core.indices.base import BaseIndex
     from llama_index.core.postprocessor.types import BaseNodePostprocessor
 
+__all__ = ["DEFAULT_HISTORY_TOKENS", "CitationChatEngine", "CitationStreamingChatResponse"]
+
 DEFAULT_HISTORY_TOKENS = 1024
 """Tokens of earlier turns the default memory keeps (the latest turns that fit; tiktoken's
 count): small local models have small contexts, and the nodes need room beside them."""
-
-_ASSISTANT_ROLES = (MessageRole.ASSISTANT, MessageRole.CHATBOT, MessageRole.MODEL)
 
 
 @dataclass
@@ -225,12 +227,7 @@ class CitationChatEngine(BaseChatEngine):
         )
         assert isinstance(response, Response)
         self._remember(message, str(response))
-        return AgentChatResponse(
-            response=str(response),
-            sources=[_retrieval(question, nodes)],
-            source_nodes=list(response.source_nodes),
-            metadata=response.metadata if response.metadata is not None else {},
-        )
+        return _chat_response(response, question, nodes)
 
     @trace_method("chat")
     def stream_chat(
@@ -240,19 +237,8 @@ class CitationChatEngine(BaseChatEngine):
         message, history, question, nodes = self._turn(message, chat_history)
         response = self._synthesizer.synthesize(message, nodes, history=history, streaming=True)
         assert isinstance(response, StreamingResponse) and response.response_gen is not None
-
-        def remember(text: str) -> None:
-            self._remember(message, text)
-
-        return CitationStreamingChatResponse(
-            chat_stream=_deltas(response.response_gen, remember),
-            sources=[_retrieval(question, nodes)],
-            source_nodes=list(response.source_nodes),
-            # The synthesizer fills this very dict in once its stream has ended.
-            metadata=response.metadata if response.metadata is not None else {},
-            # Read in the caller's thread: no thread polling a queue beside the model.
-            is_writing_to_memory=False,
-        )
+        deltas = _deltas(response.response_gen, partial(self._remember, message))
+        return _streamed_response(response, question, nodes, chat_stream=deltas)
 
     @trace_method("chat")
     async def achat(
@@ -265,12 +251,7 @@ class CitationChatEngine(BaseChatEngine):
         )
         assert isinstance(response, Response)
         await self._aremember(message, str(response))
-        return AgentChatResponse(
-            response=str(response),
-            sources=[_retrieval(question, nodes)],
-            source_nodes=list(response.source_nodes),
-            metadata=response.metadata if response.metadata is not None else {},
-        )
+        return _chat_response(response, question, nodes)
 
     @trace_method("chat")
     async def astream_chat(
@@ -282,17 +263,8 @@ class CitationChatEngine(BaseChatEngine):
             message, nodes, history=history, streaming=True
         )
         assert isinstance(response, AsyncStreamingResponse)
-
-        async def remember(text: str) -> None:
-            await self._aremember(message, text)
-
-        return CitationStreamingChatResponse(
-            achat_stream=_adeltas(response.async_response_gen(), remember),
-            sources=[_retrieval(question, nodes)],
-            source_nodes=list(response.source_nodes),
-            metadata=response.metadata if response.metadata is not None else {},
-            is_writing_to_memory=False,
-        )
+        deltas = _adeltas(response.async_response_gen(), partial(self._aremember, message))
+        return _streamed_response(response, question, nodes, achat_stream=deltas)
 
     # -- steps ---------------------------------------------------------------------------------
 
@@ -353,59 +325,38 @@ class CitationChatEngine(BaseChatEngine):
     def _remember(self, message: str, answer: str) -> None:
         # Both messages at once, when the answer is complete: an abandoned stream leaves no
         # question without its answer in the history.
-        self._memory.put_messages(_turn(message, answer))
+        self._memory.put_messages(to_messages(message, answer))
 
     async def _aremember(self, message: str, answer: str) -> None:
-        await self._memory.aput_messages(_turn(message, answer))
+        await self._memory.aput_messages(to_messages(message, answer))
 
 
-def to_turns(messages: object, where: str = "chat_history") -> list[tuple[str, str]]:
-    """LlamaIndex ``ChatMessage``s as the core's ``(role, text)`` turns.
-
-    User messages are ``"user"``; assistant (also ``CHATBOT``, ``MODEL``) messages
-    ``"assistant"``. Raises ``InputTypeError`` for anything but a list of ``ChatMessage`` and
-    ``InvalidInputError`` for a system or tool message or a message without text, naming it.
-    """
-    if isinstance(messages, (str, bytes, ChatMessage)) or not isinstance(messages, Sequence):
-        raise InputTypeError(
-            f"{where} must be a list of ChatMessage, got {type(messages).__name__}"
-        )
-    turns = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, ChatMessage):
-            raise InputTypeError(
-                f"{where}[{index}] is a {type(message).__name__}, not a "
-                "llama_index.core.llms.ChatMessage"
-            )
-        if message.role == MessageRole.USER:
-            role = "user"
-        elif message.role in _ASSISTANT_ROLES:
-            role = "assistant"
-        else:
-            advice = (
-                "the citation instructions are the one system message: pass instructions= to "
-                "the CitationSynthesizer to replace them"
-                if message.role in (MessageRole.SYSTEM, MessageRole.DEVELOPER)
-                else "keep only the user's and the assistant's messages"
-            )
-            raise InvalidInputError(
-                f"{where}[{index}] is a {message.role.value!r} message; a chat history holds "
-                f"user and assistant messages only: {advice}"
-            )
-        text = message.content
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInputError(
-                f"{where}[{index}] ({role}) has no text ({text!r}); drop empty messages"
-            )
-        turns.append((role, text))
-    return turns
+def _chat_response(
+    response: Response, question: str, nodes: list[NodeWithScore]
+) -> AgentChatResponse:
+    return AgentChatResponse(
+        response=str(response),
+        sources=[_retrieval(question, nodes)],
+        source_nodes=list(response.source_nodes),
+        metadata=response.metadata if response.metadata is not None else {},
+    )
 
 
-def _turn(message: str, answer: str) -> list[ChatMessage]:
-    return [
-        ChatMessage(role=MessageRole.USER, content=message),
-        ChatMessage(role=MessageRole.ASSISTANT, content=answer),
-    ]
+def _streamed_response(
+    response: StreamingResponse | AsyncStreamingResponse,
+    question: str,
+    nodes: list[NodeWithScore],
+    **stream: Any,
+) -> CitationStreamingChatResponse:
+    return CitationStreamingChatResponse(
+        sources=[_retrieval(question, nodes)],
+        source_nodes=list(response.source_nodes),
+        # The synthesizer fills this very dict in once its stream has ended.
+        metadata=response.metadata if response.metadata is not None else {},
+        # Read in the caller's thread: no thread polling a queue beside the model.
+        is_writing_to_memory=False,
+        **stream,
+    )
 
 
 def _retrieval(question: str, nodes: list[NodeWithScore]) -> ToolOutput:

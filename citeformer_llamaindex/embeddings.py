@@ -7,7 +7,9 @@ import asyncio
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import Field
 
-from citeformer.embeddings import EMBEDDING_DIMENSIONS, embed
+from citeformer.evidence.embeddings import EMBEDDING_DIMENSIONS, embed
+
+__all__ = ["MiniLMEmbedding"]
 
 
 class MiniLMEmbedding(BaseEmbedding):

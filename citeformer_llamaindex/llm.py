@@ -17,7 +17,9 @@ from llama_index.core.llms.custom import CustomLLM
 from citeformer.request import DEFAULT_MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
-    from citeformer.types import AnswerGenerator
+    from citeformer.request import AnswerGenerator
+
+__all__ = ["CiteformerLLM", "model_name"]
 
 
 class CiteformerLLM(CustomLLM):

@@ -25,14 +25,20 @@ from llama_index.core.llms.custom import CustomLLM
 
 from citeformer.conversation import free_text_request
 from citeformer.errors import InputTypeError
-from citeformer.request import GenerationRequest
-from citeformer.types import AnswerGenerator, AsyncAnswerGenerator
+from citeformer.integration import or_default
+from citeformer.request import (
+    AnswerGenerator,
+    AsyncAnswerGenerator,
+    GenerationRequest,
+    option_names,
+    request_template,
+)
 from citeformer_llamaindex.llm import model_name
+
+__all__ = ["DEFAULT_LOCAL_TOKENS", "LocalLLM"]
 
 DEFAULT_LOCAL_TOKENS = 256
 """Most tokens a completion takes unless ``max_new_tokens`` says otherwise."""
-
-_CALL_OPTIONS = ("max_new_tokens", "do_sample", "temperature", "seed")
 
 
 class LocalLLM(CustomLLM):
@@ -43,8 +49,10 @@ class LocalLLM(CustomLLM):
     ``Settings.llm``, a ``CondenseQuestionChatEngine``, a router's selector, a sub-question
     engine's question generator. Messages are rendered with the model's chat template
     (``is_chat_model``); a completion prompt is sent as one user message (``formatted=True``:
-    as it is). Per-call ``max_new_tokens``, ``do_sample``, ``temperature`` and ``seed`` override
-    the fields; other call keywords (LlamaIndex components pass their own) are ignored.
+    as it is). Its generation options are the fields that are ``GenerationRequest`` options
+    (``max_new_tokens``, ``do_sample``, ``temperature``, ``seed``), checked at construction; a
+    call's keyword of the same name overrides one, and other call keywords (LlamaIndex
+    components pass their own) are ignored.
 
     Which is which: ``LocalLLM`` writes text and cites nothing. ``CiteformerLLM`` (what
     ``CitationSynthesizer.llm`` returns) writes nothing: it only stands in for ``Settings.llm``
@@ -73,13 +81,14 @@ class LocalLLM(CustomLLM):
         async for chunk in await llm.astream_chat(messages): ...
     """
 
-    max_new_tokens: int = Field(default=DEFAULT_LOCAL_TOKENS, gt=0)
+    max_new_tokens: int = Field(default=DEFAULT_LOCAL_TOKENS)
     """Most tokens per completion."""
 
-    do_sample: bool = Field(default=False)
+    # The request's own defaults, so that the LLM and the core cannot drift apart.
+    do_sample: bool = Field(default=GenerationRequest.do_sample)
     """Sample instead of greedy decoding."""
 
-    temperature: float = Field(default=1.0, gt=0)
+    temperature: float = Field(default=GenerationRequest.temperature)
     """Sampling temperature, used when ``do_sample``."""
 
     seed: int | None = Field(default=None)
@@ -95,7 +104,13 @@ class LocalLLM(CustomLLM):
                 "an LLM: use it as it is"
             )
         super().__init__(**fields)
+        request_template(constrained=False, **self._options())  # a bad value raises here
         self._generator = generator
+
+    @classmethod
+    def _option_names(cls) -> tuple[str, ...]:
+        # The fields that are generation options: a call may override each.
+        return tuple(name for name in cls.model_fields if name in option_names())
 
     @classmethod
     def class_name(cls) -> str:
@@ -106,9 +121,7 @@ class LocalLLM(CustomLLM):
         """The generator that writes the text; the embedded model is loaded here, on first use,
         when none was given."""
         if self._generator is None:
-            from citeformer import CiteGenerator
-
-            self._generator = CiteGenerator.default()
+            self._generator = or_default(None)
         return self._generator
 
     @property
@@ -179,12 +192,15 @@ class LocalLLM(CustomLLM):
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return [*system, {"role": "user", "content": prompt}]
 
+    def _options(self, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        names, overrides = self._option_names(), overrides or {}
+        chosen = {name: overrides[name] for name in names if name in overrides}
+        return {**{name: getattr(self, name) for name in names}, **chosen}
+
     def _request(
         self, messages: list[dict[str, str]] | str, overrides: dict[str, Any]
     ) -> GenerationRequest:
-        options = {name: getattr(self, name) for name in _CALL_OPTIONS}
-        options.update({name: overrides[name] for name in _CALL_OPTIONS if name in overrides})
-        return free_text_request(self.generator, messages, **options)
+        return free_text_request(self.generator, messages, **self._options(overrides))
 
     def _pieces(self, request: GenerationRequest) -> Iterator[str]:
         stream = self.generator.answer_stream(request)

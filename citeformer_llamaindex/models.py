@@ -15,10 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
-from citeformer.errors import InputTypeError, InvalidInputError
-from citeformer.types import AnswerGenerator
+from citeformer.errors import InvalidInputError
+from citeformer.integration import (
+    packages_of,
+    refuse_server_settings,
+    server_for_openai_model,
+    unsupported_llm,
+)
+from citeformer.request import AnswerGenerator
+
+__all__ = ["ACCEPTED_MODELS", "generator_from"]
 
 ACCEPTED_MODELS = (
     "llama_index.llms.huggingface.HuggingFaceLLM",
@@ -27,11 +34,12 @@ ACCEPTED_MODELS = (
 )
 """The LLM classes ``llm=`` takes; the OpenAI ones with an ``api_base`` and an ``engine=``."""
 
-OPENAI_HOSTS = ("api.openai.com",)
-"""Hosts whose API takes no grammar."""
-
 _PACKAGES = (
     "llama_index.llms.huggingface", "llama_index.llms.openai_like", "llama_index.llms.openai",
+)
+_KINDS = (
+    "a HuggingFaceLLM (llama-index-llms-huggingface), or an OpenAILike or OpenAI with an "
+    "api_base of a llama.cpp, vLLM or SGLang server (llama-index-llms-openai-like)"
 )
 
 
@@ -47,13 +55,11 @@ def generator_from(
     ``max_retries``, ``headers``, ``context_length``, ``transport``); they win over the values
     read from the LLM.
     """
-    packages = _packages_of(llm)
+    packages = packages_of(llm, _PACKAGES)
     if "llama_index.llms.huggingface" in packages:
         from llama_index.llms.huggingface import HuggingFaceLLM
 
         if isinstance(llm, HuggingFaceLLM):
-            from citeformer.server._openai import refuse_server_settings
-
             refuse_server_settings(
                 llm, "OpenAI-compatible LLM (OpenAILike, OpenAI)", engine, server_options
             )
@@ -62,15 +68,13 @@ def generator_from(
         from llama_index.llms.openai import OpenAI
 
         if isinstance(llm, OpenAI):  # OpenAILike is one
-            return _from_openai(llm, engine, dict(server_options or {}))
-    raise InputTypeError(
-        f"llm= takes a HuggingFaceLLM (llama-index-llms-huggingface), or an OpenAILike or "
-        f"OpenAI with an api_base of a llama.cpp, vLLM or SGLang server "
-        f"(llama-index-llms-openai-like); got a {type(llm).__qualname__} "
-        f"({type(llm).__module__}.{type(llm).__qualname__}), which cannot run under the "
-        "citation grammar. A citeformer generator (CiteGenerator, ServerGenerator, "
-        "citeformer.testing.FakeGenerator) is the synthesizer's first argument instead"
-    )
+            return server_for_openai_model(
+                type(llm).__name__, llm.api_base, llm.model, url_field="api_base",
+                suggest="OpenAILike", engine=engine, api_key=llm.api_key,
+                headers=llm.default_headers, timeout=llm.timeout, max_retries=llm.max_retries,
+                options=dict(server_options or {}),
+            )
+    raise unsupported_llm(llm, _KINDS, "the synthesizer's generator argument")
 
 
 def _from_huggingface(llm: Any) -> AnswerGenerator:
@@ -85,34 +89,3 @@ def _from_huggingface(llm: Any) -> AnswerGenerator:
     from citeformer import CiteGenerator
 
     return CiteGenerator(model, tokenizer)
-
-
-def _from_openai(llm: Any, engine: str | None, options: dict[str, Any]) -> AnswerGenerator:
-    kind = type(llm).__name__
-    base_url = llm.api_base
-    if not base_url or urlsplit(base_url).hostname in OPENAI_HOSTS:
-        raise InvalidInputError(
-            f"the {kind} has no api_base of its own, so it talks to OpenAI's API "
-            f"({base_url}), which takes no grammar; point it at a llama.cpp, vLLM or SGLang "
-            f"server: OpenAILike(api_base='http://host:8000/v1', model=...), and pass "
-            "engine='vllm' (or 'llama.cpp', 'sglang', 'vllm-guided')"
-        )
-    from citeformer.server._openai import server_for_openai_model
-
-    return server_for_openai_model(
-        kind, base_url, llm.model, engine=engine, api_key=llm.api_key,
-        headers=llm.default_headers, timeout=llm.timeout, max_retries=llm.max_retries,
-        options=options,
-    )
-
-
-def _packages_of(value: object) -> set[str]:
-    # The class and its bases, so that a subclass is recognised too; never an import.
-    found = set()
-    for klass in type(value).__mro__:
-        for package in _PACKAGES:
-            if klass.__module__ == package or klass.__module__.startswith(package + "."):
-                found.add(package)
-    return found
-
-

@@ -1,14 +1,16 @@
 """A LlamaIndex answer as Markdown or HTML: linked markers, then the cited nodes as references.
 
-The rendering is ``citeformer.render``'s; this module only turns what a ``CitationSynthesizer``
-or ``CitationChatEngine`` returned (the text, ``source_nodes`` and ``metadata["citations"]``)
-back into the core ``CitedAnswer`` whose sources are the nodes, with their metadata.
+The rendering is ``citeformer.render``'s; this module only reads back the core ``CitedAnswer``
+that a ``CitationSynthesizer`` or ``CitationChatEngine`` stored in the response's metadata
+(``CitedAnswer.from_dict``), checks that the response still holds its text and nodes, and gives
+each source its node's metadata.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from llama_index.core.base.response.schema import (
@@ -18,20 +20,20 @@ from llama_index.core.base.response.schema import (
     StreamingResponse,
 )
 from llama_index.core.chat_engine.types import AgentChatResponse, StreamingAgentChatResponse
-from llama_index.core.schema import BaseNode, MetadataMode, NodeWithScore
 
 from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.integration import short
 from citeformer.render import to_html, to_markdown
-from citeformer.types import Citation, CitedAnswer, EvidenceSpan, Quote, Source, title_from
+from citeformer.types import CitedAnswer
+from citeformer_llamaindex.nodes import ANSWER_KEY
+
+__all__ = ["CitedResponse", "core_answer", "render_html", "render_markdown"]
 
 CitedResponse: TypeAlias = RESPONSE_TYPE | AgentChatResponse | StreamingAgentChatResponse
 """What a query engine or chat engine returns, as LlamaIndex types it (so that
 ``render_markdown(engine.query(q))`` type-checks); a ``PydanticResponse`` is refused."""
 
 _STREAMS = (StreamingResponse, AsyncStreamingResponse, StreamingAgentChatResponse)
-# The synthesizer's metadata_mode is not on the response: a node's text is the content that its
-# evidence offsets fit, tried in this order.
-_MODES = (MetadataMode.NONE, MetadataMode.LLM, MetadataMode.ALL, MetadataMode.EMBED)
 
 
 def render_markdown(
@@ -49,8 +51,9 @@ def render_markdown(
     ``file_name`` or ``source``), its file or URL, its page (``page_label``, as LlamaIndex's PDF
     readers set it) and, quoted, the sentences of it the citations were located in; see
     ``citeformer.render.to_markdown``, which this calls. ``heading=None`` leaves the heading
-    out; ``id_prefix`` keeps the anchors of several answers on one page apart; ``style`` formats
-    the references of nodes with bibliographic metadata in a CSL style (``citeformer.styles``).
+    out; ``id_prefix`` keeps the anchors of several answers on one page apart; ``style``
+    formats the references of nodes with bibliographic metadata in a CSL style
+    (``citeformer.render.styles``).
 
     Raises ``InputTypeError`` for any other object, and ``InvalidInputError`` for a stream not
     yet read to the end or a response without citeformer's ``metadata["citations"]``.
@@ -77,8 +80,9 @@ def render_html(
 
 def core_answer(response: CitedResponse) -> CitedAnswer:
     """``response`` as the core ``CitedAnswer``: ``[N]`` is ``sources[N - 1]``, the source of
-    ``response.source_nodes[N - 1]`` (its text, title and metadata); the citations keep their
-    evidence, the quotes their offsets. Raises as ``render_markdown`` does."""
+    ``response.source_nodes[N - 1]``: the text the model read, its title, and the node's
+    metadata. The citations keep their evidence, the quotes their offsets. Raises as
+    ``render_markdown`` does."""
     return _answer(response, "core_answer")
 
 
@@ -102,24 +106,48 @@ def _answer(response: object, caller: str) -> CitedAnswer:
             "not written by a CitationSynthesizer or CitationChatEngine (or had no nodes to "
             "answer from, or its stream was closed early); render an answer of theirs"
         )
+    answer = _stored(metadata, caller)
     text = _text(response)
+    if text != answer.text:
+        raise InvalidInputError(
+            f"the response text is {short(text)}, not the {short(answer.text)} that its "
+            "metadata's citations are offsets into; render the response with its text unchanged"
+        )
     nodes = list(response.source_nodes)
-    citations = tuple(_citation(entry, text, nodes, caller) for entry in metadata["citations"])
-    spans: dict[int, list[EvidenceSpan]] = {}
-    for citation in citations:
-        if citation.evidence is not None:
-            spans.setdefault(citation.source_id, []).append(citation.evidence)
-    return CitedAnswer(
-        text=text,
-        citations=citations,
-        sources=tuple(
-            _source(scored.node, spans.get(number, ()))
-            for number, scored in enumerate(nodes, start=1)
-        ),
-        finish_reason="length" if metadata.get("finish_reason") == "length" else "stop",
-        prompt_tokens=int(metadata.get("prompt_tokens") or 0),
-        generated_tokens=int(metadata.get("generated_tokens") or 0),
-        quotes=tuple(_quote(entry) for entry in metadata.get("quotes") or ()),
+    for citation in answer.citations:
+        number = citation.source_id
+        if number > len(nodes):
+            raise InvalidInputError(
+                f"metadata['citations'] has [{number}] but the response has {len(nodes)} source "
+                "node(s); render the response with the source_nodes it came with"
+            )
+        node_id = answer.sources[number - 1].metadata.get("node_id")
+        if node_id is not None and nodes[number - 1].node.node_id != node_id:
+            raise InvalidInputError(
+                f"[{number}] cites node {node_id!r} but source_nodes[{number - 1}] is "
+                f"{nodes[number - 1].node.node_id!r}; render the response with its source_nodes "
+                "in the order the synthesizer returned them"
+            )
+    # The node's metadata (file name, page, URL...) is what a reference shows.
+    return dataclasses.replace(answer, sources=tuple(
+        dataclasses.replace(source, metadata=dict(nodes[i].node.metadata))
+        if i < len(nodes) else source
+        for i, source in enumerate(answer.sources)
+    ))
+
+
+def _stored(metadata: Mapping[str, Any], caller: str) -> CitedAnswer:
+    data = metadata.get(ANSWER_KEY)
+    problem = f"it is {type(data).__name__}"
+    if isinstance(data, Mapping):
+        try:
+            return CitedAnswer.from_dict(data)
+        except InvalidInputError as error:
+            problem = str(error)
+    raise InvalidInputError(
+        f"{caller}() cannot read the citations of the response: metadata[{ANSWER_KEY!r}] is not "
+        f"the answer a CitationSynthesizer writes there ({problem}); render a response as it was "
+        "returned"
     )
 
 
@@ -155,73 +183,3 @@ def _text(response: CitedResponse) -> str:
     else:
         text = response.response
     return text if isinstance(text, str) else ""
-
-
-def _citation(
-    entry: Mapping[str, Any], text: str, nodes: Sequence[NodeWithScore], caller: str
-) -> Citation:
-    try:
-        number, start, end = int(entry["source_id"]), int(entry["start"]), int(entry["end"])
-        evidence = _span(entry.get("evidence"))
-    except (AttributeError, KeyError, TypeError, ValueError):
-        raise InvalidInputError(
-            f"{caller}() cannot read the citation {entry!r} of metadata['citations']; it "
-            "needs source_id, start, end and evidence as the synthesizer writes them"
-        ) from None
-    if not 1 <= number <= len(nodes):
-        raise InvalidInputError(
-            f"metadata['citations'] has [{number}] but the response has {len(nodes)} source "
-            "node(s); render the response with the source_nodes it came with"
-        )
-    node_id = entry.get("node_id")
-    if node_id is not None and nodes[number - 1].node.node_id != node_id:
-        raise InvalidInputError(
-            f"[{number}] cites node {node_id!r} but source_nodes[{number - 1}] is "
-            f"{nodes[number - 1].node.node_id!r}; render the response with its source_nodes "
-            "in the order the synthesizer returned them"
-        )
-    if text[start:end] != f"[{number}]":
-        raise InvalidInputError(
-            f"the response text holds {text[start:end]!r} where metadata['citations'] puts "
-            f"[{number}] ({start}:{end}); render the response with its text unchanged"
-        )
-    return Citation(number, start, end, evidence)
-
-
-def _span(entry: Mapping[str, Any] | None) -> EvidenceSpan | None:
-    if not entry:
-        return None
-    return EvidenceSpan(
-        source_start=int(entry["source_start"]),
-        source_end=int(entry["source_end"]),
-        text=str(entry["text"]),
-        score=float(entry["score"]),
-        weak=bool(entry["weak"]),
-    )
-
-
-def _quote(entry: Mapping[str, Any]) -> Quote:
-    return Quote(
-        text=str(entry["text"]),
-        source_id=int(entry["source_id"]),
-        start=int(entry["start"]),
-        end=int(entry["end"]),
-        source_start=int(entry["source_start"]),
-        source_end=int(entry["source_end"]),
-    )
-
-
-def _source(node: BaseNode, spans: Sequence[EvidenceSpan]) -> Source:
-    return Source(
-        text=_node_text(node, spans),
-        title=title_from(node.metadata),
-        metadata=dict(node.metadata),
-    )
-
-
-def _node_text(node: BaseNode, spans: Sequence[EvidenceSpan]) -> str:
-    for mode in _MODES:
-        text = node.get_content(metadata_mode=mode)
-        if all(text[s.source_start:s.source_end] == s.text for s in spans):
-            return text
-    return node.get_content(metadata_mode=MetadataMode.NONE)

@@ -15,6 +15,8 @@ from llama_index.core.schema import (
 
 from citeformer.errors import InvalidInputError
 
+__all__ = ["PARENT_END_KEY", "PARENT_START_KEY", "CitationChunker"]
+
 PARENT_START_KEY = "citation_parent_start_char"
 PARENT_END_KEY = "citation_parent_end_char"
 """Metadata keys of a chunk node: ``parent_text[start:end] == chunk.text``."""

@@ -13,8 +13,8 @@ import xgrammar as xgr
 from citebench.data import load_items
 from citebench.speed import quantiles
 from citeformer import CiteGenerator, Policy, Source, build_grammar
-from citeformer import quotes as quotes_module
-from citeformer.quotes import QuoteGuard
+from citeformer.decoding.quote_guard import QuoteGuard, source_index
+from citeformer.decoding.vocab import SortedVocab
 
 Log = Callable[[str], None]
 DOCS = Path(__file__).resolve().parents[2] / "examples" / "docs"
@@ -32,13 +32,13 @@ def passages(count: int, chars: int) -> list[Source]:
 
 
 def run(gen: CiteGenerator, shapes: list[tuple[int, int]], runs: int, log: Log) -> dict[str, Any]:
-    vocab = gen.vocab_index  # built once per generator; timed separately below
+    vocab = gen.engine.vocab.sorted  # built once per vocabulary; timed separately below
     rows = []
     for count, chars in shapes:
         sources = passages(count, chars)
         cold, cached = [], []
         for _ in range(runs):
-            quotes_module._INDEX_CACHE.clear()
+            source_index.cache_clear()
             cold.append(_time_guard(sources, vocab))
             cached.append(_time_guard(sources, vocab))
         compiler = xgr.GrammarCompiler(gen.tokenizer_info, cache_enabled=False)
@@ -56,13 +56,13 @@ def run(gen: CiteGenerator, shapes: list[tuple[int, int]], runs: int, log: Log) 
             f"cached {row['guard_cached_s']['median'] * 1e3:.2f} ms; GBNF compile {gbnf_s:.2f} s; "
             f"mask median {row['mask_ms']['in_quote']['median']:.2f} ms in a quote, "
             f"{row['mask_ms']['opening']:.2f} ms opening it")
-    quotes_module._INDEX_CACHE.clear()
+    source_index.cache_clear()
     started = time.perf_counter()
-    quotes_module.VocabIndex(gen.tokenizer_info.decoded_vocab)
+    SortedVocab(gen.tokenizer_info.decoded_vocab)
     return {"rows": rows, "runs": runs, "vocab_index_s": time.perf_counter() - started}
 
 
-def _time_guard(sources: list[Source], vocab: quotes_module.VocabIndex) -> float:
+def _time_guard(sources: list[Source], vocab: SortedVocab) -> float:
     # Everything a generation pays before its first quote token: the indexes and the mask of a
     # quote's first token, the costliest one.
     started = time.perf_counter()
@@ -81,7 +81,7 @@ def _mask_times(gen: CiteGenerator, sources: list[Source]) -> dict[str, Any]:
     quote = " ".join(text[start:start + 200].split()[:-1])
     answer = f'The source says "{quote}" [{middle + 1}].'
     ids = gen.tokenizer(answer, add_special_tokens=False).input_ids
-    guard = QuoteGuard(sources, gen.vocab_index)
+    guard = QuoteGuard(sources, gen.engine.vocab.sorted)
     in_quote, opening = [], 0.0
     for token in ids:
         started = time.perf_counter()
@@ -96,5 +96,5 @@ def _mask_times(gen: CiteGenerator, sources: list[Source]) -> dict[str, Any]:
     return {"in_quote": quantiles(in_quote), "opening": opening, "tokens": len(in_quote)}
 
 
-def _token_id(vocab: quotes_module.VocabIndex, data: bytes) -> int:
+def _token_id(vocab: SortedVocab, data: bytes) -> int:
     return vocab.token_bytes.index(data)

@@ -23,23 +23,20 @@ from transformers.generation.streamers import BaseStreamer
 from citebench.data import Item
 from citebench.metrics import quantiles
 from citeformer import CiteGenerator, Policy, build_grammar
-from citeformer.processor import GrammarLogitsProcessor
+from citeformer.decoding.hf import SteeringLogitsProcessor
+from citeformer.decoding.steering import RowSteering
 
 Log = Callable[[str], None]
 
 
-class TimedGrammarProcessor(GrammarLogitsProcessor):
-    """citeformer's processor, timing each call: accept the last token, fill and apply the mask."""
-
-    def __init__(self, compiled: xgr.CompiledGrammar) -> None:
-        super().__init__(compiled)
-        self.seconds: list[float] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        started = time.perf_counter()
-        scores = super().__call__(input_ids, scores)
-        self.seconds.append(time.perf_counter() - started)
-        return scores
+def timed_grammar_processor(gen: CiteGenerator, compiled: xgr.CompiledGrammar
+                            ) -> SteeringLogitsProcessor:
+    """citeformer's grammar mask alone (no quote guard, no lever) as ``generate`` runs it; its
+    ``seconds`` time each call: accept the last token, fill and apply the mask."""
+    row = RowSteering(gen.engine.vocab, matcher=xgr.GrammarMatcher(compiled))
+    return SteeringLogitsProcessor(
+        [row], vocab_size=gen.tokenizer_info.vocab_size, stop_token_ids=gen.stop_token_ids
+    )
 
 
 class TokenClock(BaseStreamer):
@@ -65,7 +62,7 @@ def forced_generation(
 
     The citation grammars never force an end, so the constrained run reaches ``tokens`` too.
     """
-    processor = TimedGrammarProcessor(compiled) if compiled is not None else None
+    processor = timed_grammar_processor(gen, compiled) if compiled is not None else None
     clock = TokenClock()
     started = time.perf_counter()
     with torch.inference_mode():

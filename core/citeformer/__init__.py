@@ -20,19 +20,19 @@ _EXPORTS = {
     "GenerationOptions": "citeformer.request",
     "GenerationRequest": "citeformer.request",
     "build_request": "citeformer.request",
-    "GrammarOptions": "citeformer.grammar",
-    "build_grammar": "citeformer.grammar",
-    "dotted_terms": "citeformer.grammar",
-    "MarkerScan": "citeformer.citations",
-    "parse_citations": "citeformer.citations",
-    "scan_markers": "citeformer.citations",
+    "GrammarOptions": "citeformer.grammar.rules",
+    "build_grammar": "citeformer.grammar.rules",
+    "dotted_terms": "citeformer.grammar.rules",
+    "MarkerScan": "citeformer.grammar.markers",
+    "parse_citations": "citeformer.grammar.markers",
+    "scan_markers": "citeformer.grammar.markers",
     "Citation": "citeformer.types",
     "CitedAnswer": "citeformer.types",
     "EvidenceSpan": "citeformer.types",
-    "AnswerChunks": "citeformer.types",
-    "AnswerGenerator": "citeformer.types",
-    "AsyncAnswerChunks": "citeformer.types",
-    "AsyncAnswerGenerator": "citeformer.types",
+    "AnswerChunks": "citeformer.request",
+    "AnswerGenerator": "citeformer.request",
+    "AsyncAnswerChunks": "citeformer.request",
+    "AsyncAnswerGenerator": "citeformer.request",
     "Policy": "citeformer.types",
     "Quote": "citeformer.types",
     "Source": "citeformer.types",
@@ -112,7 +112,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from citeformer.citations import MarkerScan, parse_citations, scan_markers
     from citeformer.errors import (
         CitationOutOfRangeError,
         CiteformerError,
@@ -132,14 +131,19 @@ if TYPE_CHECKING:
         TokenizerMismatchError,
     )
     from citeformer.generator import AnswerStream, CiteGenerator
-    from citeformer.grammar import GrammarOptions, build_grammar, dotted_terms
-    from citeformer.request import GenerationOptions, GenerationRequest, build_request
-    from citeformer.server import AsyncServerAnswerStream, ServerAnswerStream, ServerGenerator
-    from citeformer.types import (
+    from citeformer.grammar.markers import MarkerScan, parse_citations, scan_markers
+    from citeformer.grammar.rules import GrammarOptions, build_grammar, dotted_terms
+    from citeformer.request import (
         AnswerChunks,
         AnswerGenerator,
         AsyncAnswerChunks,
         AsyncAnswerGenerator,
+        GenerationOptions,
+        GenerationRequest,
+        build_request,
+    )
+    from citeformer.server import AsyncServerAnswerStream, ServerAnswerStream, ServerGenerator
+    from citeformer.types import (
         Citation,
         CitedAnswer,
         EvidenceSpan,

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from citeformer.citations import scan_markers
 from citeformer.errors import GrammarViolationError
-from citeformer.quotes import find_quotes, trim_open_quote
+from citeformer.evidence.spans import with_evidence
+from citeformer.grammar.markers import scan_markers
+from citeformer.grammar.quotes import find_quotes, trim_open_quote
 from citeformer.request import GenerationRequest
-from citeformer.spans import with_evidence
 from citeformer.types import CitedAnswer, FinishReason, Quote
+
+__all__ = [
+    "ChunkTracker",
+    "StreamedAnswer",
+    "bad_markers",
+    "cited_answer",
+    "safe_prefix",
+    "trim_open_marker",
+    "unshown_text",
+]
 
 
 def trim_open_marker(text: str) -> str:

@@ -15,9 +15,28 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from citeformer.prompt import render_prompt, strip_markers
-from citeformer.request import GenerationRequest, build_request
-from citeformer.types import AnswerGenerator, AsyncAnswerGenerator
+from citeformer.grammar.markers import strip_markers
+from citeformer.prompt import render_prompt
+from citeformer.request import (
+    AnswerGenerator,
+    AsyncAnswerGenerator,
+    GenerationRequest,
+    build_request,
+)
+
+__all__ = [
+    "CONDENSE_INSTRUCTIONS",
+    "CONDENSE_TURNS",
+    "DEFAULT_CONDENSE_TOKENS",
+    "EXAMPLE_FOLLOW_UP",
+    "EXAMPLE_HISTORY",
+    "EXAMPLE_STANDALONE",
+    "acondense",
+    "condense",
+    "condense_messages",
+    "free_text_request",
+    "standalone_question",
+]
 
 DEFAULT_CONDENSE_TOKENS = 32
 """Tokens the standalone question may take: one question, with room to spare."""

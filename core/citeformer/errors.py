@@ -24,6 +24,27 @@ from __future__ import annotations
 
 import math
 
+__all__ = [
+    "CitationOutOfRangeError",
+    "CiteformerError",
+    "EmptyQuestionError",
+    "EmptySourceError",
+    "GrammarViolationError",
+    "InputTypeError",
+    "InvalidInputError",
+    "MissingDependencyError",
+    "ModelLoadError",
+    "NoSourcesError",
+    "PromptTooLongError",
+    "ServerConnectionError",
+    "ServerError",
+    "ServerIgnoredGrammarError",
+    "ServerResponseError",
+    "TokenizerMismatchError",
+    "check_non_negative",
+    "check_positive_int",
+]
+
 
 class CiteformerError(Exception):
     """Base class of every error citeformer raises on purpose."""
@@ -102,6 +123,13 @@ class ServerIgnoredGrammarError(GrammarViolationError):
         super().__init__(message)
         self.marker = marker
         """The offending marker as the server wrote it, e.g. ``'[7]'``."""
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` if it is an int >= 1 (``True`` is no int here); else an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{name} must be a positive int, got {value!r}")
+    return value
 
 
 def check_non_negative(name: str, value: object) -> float:

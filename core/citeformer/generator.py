@@ -1,10 +1,9 @@
-"""Constrained generation: a HuggingFace causal LM whose citation markers a grammar masks."""
+"""``CiteGenerator``: cited answers from a HuggingFace causal LM whose markers a grammar masks."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -12,13 +11,23 @@ import torch
 import xgrammar as xgr
 from transformers.generation.streamers import BaseStreamer
 
-from citeformer import batch
 from citeformer.answers import ChunkTracker, StreamedAnswer
-from citeformer.errors import TokenizerMismatchError
-from citeformer.grammar import GrammarOptions, check_terms, render_grammar
+from citeformer.decoding.batching import (
+    build_requests,
+    check_batch_size,
+    plan_batches,
+    prepare_all,
+)
+from citeformer.decoding.engine import DecodingEngine, TransformersEngine
+from citeformer.errors import InvalidInputError
+from citeformer.grammar.rules import GrammarOptions, check_terms, render_grammar
 from citeformer.prompt import render_prompt
-from citeformer.quotes import VocabIndex
-from citeformer.request import GenerationRequest, SourceLike, build_request
+from citeformer.request import (
+    DEFAULT_BATCH_SIZE,
+    GenerationRequest,
+    SourceLike,
+    build_request,
+)
 from citeformer.types import CitedAnswer, Policy
 
 if TYPE_CHECKING:
@@ -26,17 +35,16 @@ if TYPE_CHECKING:
 
     from citeformer.request import GenerationOptions
 
-GRAMMAR_CACHE_SIZE = 64
-"""Compiled grammars kept per generator (least recently used dropped first); one is about 1 MB."""
+__all__ = ["AnswerStream", "CiteGenerator"]
 
 
 class CiteGenerator:
     """Answers a question from numbered sources; every ``[k]`` it writes has 1 <= k <= len(sources).
 
-    One generator holds one model, its ``TokenizerInfo``, one ``GrammarCompiler`` and a cache of
-    the last ``GRAMMAR_CACHE_SIZE`` compiled grammars, keyed by (number of sources, policy,
-    grammar options, dotted terms). Generations on one generator run one at a time; a batch
-    (``answer_batch``) is one generation, each of its rows under its own grammar.
+    One generator holds one ``citeformer.decoding.DecodingEngine``: the model, its
+    ``TokenizerInfo``, one ``GrammarCompiler`` and a cache of the last ``GRAMMAR_CACHE_SIZE``
+    compiled grammars, keyed by grammar text. Generations on one generator run one at a time; a
+    batch (``answer_batch``) is one generation, each of its rows under its own grammar.
 
     Setup::
 
@@ -69,32 +77,20 @@ class CiteGenerator:
         answers = gen.answer_batch([build_request(q, s, "auto") for q, s in pairs])
     """
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
-        vocab_size = int(model.config.vocab_size)
-        if len(tokenizer) > vocab_size:
-            raise TokenizerMismatchError(
-                f"the tokenizer has {len(tokenizer)} tokens but the model has logits for only "
-                f"{vocab_size} (config.vocab_size); the grammar mask cannot be aligned. "
-                "Use the tokenizer that was trained with this model."
-            )
-        self.model = model
-        self.tokenizer = tokenizer
-        self._stop_ids = _stop_token_ids(model, tokenizer)
-        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (
-            self._stop_ids[0]
-        )
-        # config.vocab_size, never tokenizer.vocab_size: the logits are that wide, and a narrower
-        # mask would shift every token id after the gap.
-        self._tokenizer_info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=self._stop_ids
-        )
-        self._compiler = xgr.GrammarCompiler(self._tokenizer_info)
-        self._grammars: OrderedDict[
-            tuple[int, Policy, GrammarOptions, tuple[str, ...]], xgr.CompiledGrammar
-        ]
-        self._grammars = OrderedDict()
-        self._grammars_lock = threading.Lock()
-        self._vocab: VocabIndex | None = None
+    def __init__(
+        self, model: Any = None, tokenizer: Any = None, *, engine: DecodingEngine | None = None
+    ) -> None:
+        """A HuggingFace causal LM and its tokenizer, or an ``engine`` of another runtime."""
+        if engine is None:
+            if model is None or tokenizer is None:
+                raise InvalidInputError(
+                    "CiteGenerator needs a model and its tokenizer (or engine=); for the "
+                    "embedded model use CiteGenerator.default()"
+                )
+            engine = TransformersEngine(model, tokenizer)
+        elif model is not None or tokenizer is not None:
+            raise InvalidInputError("pass either a model and tokenizer or engine=, not both")
+        self._engine = engine
         self._lock = threading.Lock()
 
     @classmethod
@@ -113,25 +109,39 @@ class CiteGenerator:
         return cls(model, tokenizer)
 
     @property
+    def model(self) -> Any:
+        """The model (for a transformers engine, the causal LM)."""
+        return getattr(self._engine, "model", None)
+
+    @property
+    def tokenizer(self) -> Any:
+        """Its tokenizer."""
+        return self._engine.tokenizer
+
+    @property
+    def engine(self) -> DecodingEngine:
+        """The decoding engine behind this generator."""
+        return self._engine
+
+    @property
     def context_length(self) -> int | None:
         """Most tokens (prompt plus answer) the model accepts, when its config says."""
-        value = getattr(self.model.config, "max_position_embeddings", None)
-        return int(value) if value else None
+        return self._engine.context_length
 
     @property
     def tokenizer_info(self) -> xgr.TokenizerInfo:
         """Xgrammar's view of the tokenizer, aligned with the model's logits."""
-        return self._tokenizer_info
+        return self._engine.tokenizer_info
 
     @property
     def stop_token_ids(self) -> list[int]:
         """Token ids that end an answer (the model's end-of-sequence ids)."""
-        return list(self._stop_ids)
+        return list(self._engine.stop_token_ids)
 
     @property
     def pad_token_id(self) -> int:
         """The padding token id (the first end-of-sequence id when the tokenizer has none)."""
-        return int(self._pad_id)
+        return self._engine.pad_token_id
 
     def compiled_grammar(
         self,
@@ -141,25 +151,14 @@ class CiteGenerator:
         terms: Sequence[str] = (),
         **options: int | bool | str,
     ) -> xgr.CompiledGrammar:
-        """The compiled grammar for this call shape, compiled once and cached.
+        """The compiled grammar for this call shape (``build_grammar``'s text), cached.
 
         ``terms``: the dotted terms a ``REQUIRED`` word may copy (``GenerationRequest.terms``).
         """
-        policy = Policy.coerce(policy)
-        checked, spelled = GrammarOptions.of(options), check_terms(terms)
-        key = (n_sources, policy, checked, spelled)
-        with self._grammars_lock:
-            compiled = self._grammars.get(key)
-            if compiled is not None:
-                self._grammars.move_to_end(key)
-                return compiled
-        grammar = render_grammar(n_sources, policy, checked, None, spelled)
-        compiled = self._compiler.compile_grammar(grammar)
-        with self._grammars_lock:
-            self._grammars[key] = compiled
-            while len(self._grammars) > GRAMMAR_CACHE_SIZE:
-                self._grammars.popitem(last=False)
-        return compiled
+        grammar = render_grammar(
+            n_sources, Policy.coerce(policy), GrammarOptions.of(options), None, check_terms(terms)
+        )
+        return self._engine.compile(grammar)
 
     def prompt(
         self,
@@ -220,11 +219,11 @@ class CiteGenerator:
     def answer_stream(self, request: GenerationRequest) -> AnswerStream:
         """A stream of the answer to a checked request (what ``stream`` returns)."""
         return AnswerStream(
-            self._decoder(request), self.decode, quotes=request.quotable_chars is not None
+            self._decoder(request), self.detokenize, quotes=request.quotable_chars is not None
         )
 
     def answer_batch(
-        self, requests: Sequence[GenerationRequest], *, batch_size: int = batch.DEFAULT_BATCH_SIZE
+        self, requests: Sequence[GenerationRequest], *, batch_size: int = DEFAULT_BATCH_SIZE
     ) -> list[CitedAnswer]:
         """The answers to many checked requests, in their order, decoded ``batch_size`` at once.
 
@@ -236,14 +235,15 @@ class CiteGenerator:
         padded batch may flip a near-tie); a seeded sample depends on its batch. The generator
         is held for the whole call. Streams stay one at a time.
         """
-        size = batch.check_batch_size(batch_size)
-        rows = batch.prepare_all(self, requests)
+        size = check_batch_size(batch_size)
+        engine = self._engine
+        rows = prepare_all(engine.prepare, requests)
         answers: dict[int, CitedAnswer] = {}
         with self._lock:
-            for indices in batch.plan_batches(rows, size):
-                decoded = batch.decode(self, [rows[i] for i in indices])
+            for indices in plan_batches(rows, size):
+                decoded = engine.run([rows[i] for i in indices])
                 for i, ids in zip(indices, decoded.ids, strict=True):
-                    answers[i] = batch.answer_of(self, rows[i], ids)
+                    answers[i] = engine.finish(rows[i], ids)
         return [answers[i] for i in range(len(rows))]
 
     def generate_batch(
@@ -252,7 +252,7 @@ class CiteGenerator:
         sources: Sequence[Sequence[SourceLike]],
         policy: Policy | str = Policy.REQUIRED,
         *,
-        batch_size: int = batch.DEFAULT_BATCH_SIZE,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         **options: Unpack[GenerationOptions],
     ) -> list[CitedAnswer]:
         """Answer ``questions[i]`` from ``sources[i]`` for every i, decoding ``batch_size`` at once.
@@ -261,34 +261,25 @@ class CiteGenerator:
         requests that differ in them. All rows are checked first: one ``InvalidInputError``
         names every row ``generate`` would refuse, and nothing runs.
         """
-        size = batch.check_batch_size(batch_size)
-        requests = batch.build_requests(questions, sources, policy, options)
+        size = check_batch_size(batch_size)
+        requests = build_requests(questions, sources, policy, options)
         return self.answer_batch(requests, batch_size=size)
 
     def _decoder(self, request: GenerationRequest) -> _Decode:
         """Prepare one request (prompt ids, compiled grammar) and return what decodes it."""
-        row = batch.prepare(self, request)
+        engine = self._engine
+        row = engine.prepare(request)
 
-        def decode(streamer: BaseStreamer | None, cancel: threading.Event | None) -> CitedAnswer:
+        def run(streamer: BaseStreamer | None, cancel: threading.Event | None) -> CitedAnswer:
             with self._lock:
-                (ids,) = batch.decode(self, [row], streamer=streamer, cancel=cancel).ids
-            return batch.answer_of(self, row, ids)
+                (ids,) = engine.run([row], streamer=streamer, cancel=cancel).ids
+            return engine.finish(row, ids)
 
-        return decode
+        return run
 
-    @property
-    def vocab_index(self) -> VocabIndex:
-        """The tokenizer's token bytes, sorted for the verbatim quote mask (built on first use)."""
-        if self._vocab is None:
-            self._vocab = VocabIndex(self._tokenizer_info.decoded_vocab)
-        return self._vocab
-
-    def decode(self, token_ids: Sequence[int]) -> str:
+    def detokenize(self, token_ids: Sequence[int]) -> str:
         """Answer text of generated token ids: special tokens dropped, spacing as generated."""
-        ids = [t for t in token_ids if t not in self._stop_ids]
-        return self.tokenizer.decode(  # type: ignore[no-any-return]
-            ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
-        )
+        return self._engine.detokenize(token_ids)
 
 
 class AnswerStream(StreamedAnswer):
@@ -363,22 +354,6 @@ class _QueueStreamer(BaseStreamer):
 
     def end(self) -> None:
         pass
-
-
-def _stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    ids: list[int] = []
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (configured, tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.append(value)
-        elif isinstance(value, (list, tuple)):
-            ids.extend(int(v) for v in value)
-    if not ids:
-        raise TokenizerMismatchError(
-            "neither the tokenizer nor the model's generation config names an end-of-sequence "
-            "token, so the model could never end an answer; set tokenizer.eos_token"
-        )
-    return list(dict.fromkeys(ids))
 
 
 _default_lock = threading.Lock()

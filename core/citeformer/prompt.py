@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from citeformer.grammar.markers import strip_markers
 from citeformer.types import Policy, Source
+
+__all__ = [
+    "EXAMPLE_QUESTION",
+    "EXAMPLE_SOURCES",
+    "build_messages",
+    "default_instructions",
+    "format_sources",
+    "render_prompt",
+    "strip_markers",
+]
 
 _COMMON = (
     "Answer the question using only the numbered sources below. "
@@ -80,14 +90,6 @@ def build_messages(
         *({"role": role, "content": strip_markers(text)} for role, text in history),
         {"role": "user", "content": _user_turn(question, sources)},
     ]
-
-
-_MARKERS = re.compile(r"\s*(?:\[\d+\])+")
-
-
-def strip_markers(text: str) -> str:
-    """``text`` without citation markers (``[1]``, ``[2][3]``) and the space before them."""
-    return _MARKERS.sub("", text).strip()
 
 
 def _user_turn(question: str, sources: Sequence[Source]) -> str:

@@ -1,6 +1,6 @@
 """Readable answers: the settings of the processors that steer the prose around the markers.
 
-The grammar decides what may be written; the processors of ``citeformer.steer`` only move
+The grammar decides what may be written; the levers of ``citeformer.decoding.levers`` only move
 probability among the tokens it allows (or remove some of them), so the 1..N guarantee and
 verbatim quotes are untouched:
 
@@ -28,6 +28,11 @@ from dataclasses import dataclass
 
 from citeformer.errors import InvalidInputError, check_non_negative
 
+__all__ = [
+    "OFF",
+    "Readability",
+]
+
 
 @dataclass(frozen=True)
 class Readability:
@@ -40,9 +45,8 @@ class Readability:
     auto_cite_support: float | None = 0.5
     """``AUTO`` only: at a sentence end, move part of the ending probability to opening a marker,
     more the better the best source supports the sentence above this score (the evidence
-    scorer's support, 0..1; lexical when evidence is off). On the held-out questions it took
-    AUTO's coverage from 0.33 to 0.83 of encyclopedic sentences at precision 0.87, and from 0.02
-    to 0.07 of technical ones at 0.79. ``None``: never."""
+    scorer's support, 0..1; lexical when evidence is off); its effect on AUTO's coverage and
+    precision is measured in benchmarks/README.md. ``None``: never."""
 
     no_repeat_ngram: int = 6
     """Block a token that repeats an n-gram of this many tokens already in the answer (0: off)."""

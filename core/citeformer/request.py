@@ -1,16 +1,21 @@
-"""One validated generation request: what every generator, wrapper and the CLI hand on.
+"""One validated generation request, and the protocols of the generators that answer it.
 
-``build_request`` checks a call's arguments once and returns a frozen ``GenerationRequest``;
-``CiteGenerator``, ``ServerGenerator``, both framework wrappers and the command line pass that
-object on instead of re-checking and re-spelling a dozen keyword arguments at every layer.
+``GenerationRequest`` is the one list of generation options: its fields. It checks every field
+when it is made (``build_request``, ``GenerationRequest(...)``, ``replace``), so ``CiteGenerator``,
+``ServerGenerator``, both framework wrappers and the command line hand one frozen object on
+instead of re-checking and re-spelling a dozen keyword arguments at every layer. A wrapper checks
+its settings once, into a template (``request_template``), and replaces the question and
+sources per call.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypedDict, runtime_checkable
 
 from citeformer.errors import (
     EmptyQuestionError,
@@ -18,72 +23,84 @@ from citeformer.errors import (
     InputTypeError,
     InvalidInputError,
     NoSourcesError,
+    check_positive_int,
 )
-from citeformer.evidence import DEFAULT_EVIDENCE, Evidence, resolve_evidence
-from citeformer.grammar import GrammarOptions, dotted_terms, render_grammar
+from citeformer.evidence.scoring import DEFAULT_EVIDENCE, Evidence, resolve_evidence
+from citeformer.grammar.rules import GrammarOptions, dotted_terms, render_grammar
 from citeformer.prompt import build_messages
 from citeformer.readability import OFF, Readability
-from citeformer.types import Policy, Source
+from citeformer.types import CitedAnswer, Policy, Source
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MAX_NEW_TOKENS",
+    "DEFAULT_POLICY",
+    "GENERATOR_DEFAULT",
+    "MAX_SEED",
+    "AnswerChunks",
+    "AnswerGenerator",
+    "AsyncAnswerChunks",
+    "AsyncAnswerGenerator",
+    "GenerationOptions",
+    "GenerationRequest",
+    "GeneratorDefault",
+    "SourceLike",
+    "build_request",
+    "check_history",
+    "check_question",
+    "normalize_sources",
+    "option_names",
+    "request_template",
+]
+
 SourceLike = Source | str
 
 DEFAULT_POLICY = Policy.REQUIRED
-GENERATOR_DEFAULT = "default"
-"""``evidence=GENERATOR_DEFAULT``: the generator's own default (lexical locally, none on a
-serving engine), exactly as if ``evidence`` were not given; what the wrappers pass by default."""
 DEFAULT_MAX_NEW_TOKENS = 160
+DEFAULT_BATCH_SIZE = 8
+"""Rows decoded together by ``answer_batch`` and the wrappers' ``batch`` with a local model."""
 MAX_SEED = 2**63 - 1
 """Largest seed accepted: torch and every serving engine take a signed 64-bit seed."""
 
 
-class GenerationOptions(TypedDict, total=False):
-    """The keyword options of ``generate``/``stream`` (and their async twins), all optional.
+class GeneratorDefault:
+    """The type of ``GENERATOR_DEFAULT``: one object, shown by its name."""
 
-    Grammar options (``max_group``, ``max_sentence_words``, ...) are accepted beside these as
-    keywords of their own; see ``citeformer.build_grammar``.
-    """
+    _instance: GeneratorDefault | None = None
 
-    max_new_tokens: int
-    """Most tokens to generate (default 160)."""
-    do_sample: bool
-    """Sample instead of decoding greedily (default ``False``)."""
-    temperature: float
-    """Sampling temperature, > 0 and finite; used when ``do_sample`` (default 1.0)."""
-    seed: int | None
-    """Seed for sampling, 0..2**63-1, for reproducible samples."""
-    instructions: str | None
-    """System instructions replacing the policy's default ones."""
-    history: Sequence[tuple[str, str]]
-    """Earlier turns of a conversation, ``(role, text)`` with role ``"user"`` or
-    ``"assistant"``, shown before this turn's sources and question (markers stripped)."""
-    prompt: str | None
-    """A whole prompt you rendered yourself (it must number the sources as the markers do)."""
-    constrained: bool
-    """``False`` drops the grammar, for comparisons only (default ``True``)."""
-    evidence: Evidence | str | None
-    """How a marker's id is chosen among the valid ones: ``"lexical"`` (local default),
-    ``"embedding"``, an ``Evidence``, or ``None`` (the model alone). Local generation only."""
-    readability: Readability | None
-    """How the prose around the markers is steered (``citeformer.readability``); ``None`` turns
-    every readability processor off. Local generation only."""
-    max_group: int
-    max_sentence_words: int
-    max_word_chars: int
-    max_quote_chars: int
-    min_quote_chars: int
-    quotable_chars: int
-    verbatim_quotes: bool
-    cite_after_punctuation: bool
-    sentence_ends: str
-    source_terms: bool
+    def __new__(cls) -> GeneratorDefault:  # noqa: D102 - one instance, GENERATOR_DEFAULT
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "GENERATOR_DEFAULT"
+
+    def __reduce__(self) -> str:
+        return "GENERATOR_DEFAULT"
+
+
+GENERATOR_DEFAULT: Final = GeneratorDefault()
+"""``evidence=GENERATOR_DEFAULT`` (the default): the generator's own choice, lexical evidence
+wherever citeformer steers the logits (in process, and on a serving engine that runs its steering
+processor), none where it cannot. ``"default"`` means the same."""
+
+# The placeholder a template is checked with; ``GenerationRequest.replace`` puts the real ones in.
+_TEMPLATE_QUESTION = "?"
+_TEMPLATE_SOURCES = (Source("?"),)
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """Everything one answer depends on, checked. Build it with ``build_request``."""
+    """Everything one answer depends on, checked when made. Build it with ``build_request``.
+
+    The fields after ``policy`` are the generation options, as keywords of ``build_request``,
+    ``generate`` and ``stream``; a grammar option (``max_group``, ...) may be given there by its
+    own name instead of through ``grammar``.
+    """
 
     question: str
     """The question, a non-blank string."""
@@ -101,40 +118,78 @@ class GenerationRequest:
     """Sample (at ``temperature``) instead of greedy decoding."""
 
     temperature: float = 1.0
-    """Sampling temperature, finite and > 0."""
+    """Sampling temperature, finite and > 0; used when ``do_sample``."""
 
     seed: int | None = None
-    """Seed of the sampler, or ``None``."""
+    """Seed of the sampler (0..2**63-1), for reproducible samples, or ``None``."""
 
     instructions: str | None = None
     """System instructions replacing the policy's default ones."""
 
     history: tuple[tuple[str, str], ...] = ()
-    """Earlier turns of the conversation, ``(role, text)``; markers are stripped when shown."""
+    """Earlier turns of the conversation, ``(role, text)`` with role ``"user"`` or
+    ``"assistant"``, shown before this turn's sources and question (markers stripped)."""
 
     prompt: str | None = None
-    """A prompt rendered by the caller, used instead of the built-in chat messages."""
+    """A whole prompt rendered by the caller, used instead of the built-in chat messages (it
+    must number the sources as the markers do)."""
 
     constrained: bool = True
-    """Whether the citation grammar is enforced."""
+    """Whether the citation grammar is enforced; ``False`` is for comparisons only."""
 
     grammar: GrammarOptions = field(default_factory=GrammarOptions)
     """Options of the citation grammar."""
 
-    evidence: Evidence | None = None
-    """The scorer that picks among valid ids, or ``None``."""
-
-    evidence_by_default: bool = True
-    """Whether ``evidence`` is the library's default rather than the caller's choice (a serving
-    engine, which has no logits to reweight, refuses only an explicit one)."""
+    evidence: Evidence | GeneratorDefault | None = GENERATOR_DEFAULT
+    """How a marker's id is chosen among the valid ones: an ``Evidence`` (or its name,
+    ``"lexical"``, ``"embedding"``), ``None`` (the model alone), or ``GENERATOR_DEFAULT``."""
 
     readability: Readability = field(default_factory=Readability)
-    """The readability processors' settings (local generation only)."""
+    """How the prose around the markers is steered (``citeformer.readability``); ``None``
+    turns every readability lever off."""
+
+    def __post_init__(self) -> None:
+        # Checked in field order, so the first bad field is the one named.
+        set_ = object.__setattr__
+        set_(self, "question", check_question(self.question))
+        set_(self, "sources", normalize_sources(self.sources))
+        set_(self, "policy", Policy.coerce(self.policy))
+        check_positive_int("max_new_tokens", self.max_new_tokens)
+        _check_bool("do_sample", self.do_sample)
+        set_(self, "temperature", _check_temperature(self.temperature))
+        _check_seed(self.seed)
+        _check_text("instructions", self.instructions)
+        set_(self, "history", check_history(self.history))
+        _check_text("prompt", self.prompt)
+        _check_bool("constrained", self.constrained)
+        if not isinstance(self.grammar, GrammarOptions):
+            raise InputTypeError(
+                f"grammar must be a citeformer.GrammarOptions, got {type(self.grammar).__name__};"
+                " or pass its options (max_group=...) as keywords of their own"
+            )
+        evidence = self.evidence
+        if isinstance(evidence, str) and evidence.strip().lower() == "default":
+            evidence = GENERATOR_DEFAULT
+        if evidence is not GENERATOR_DEFAULT:
+            evidence = resolve_evidence(evidence)
+        set_(self, "evidence", evidence)
+        set_(self, "readability", _check_readability(self.readability))
 
     @property
     def n_sources(self) -> int:
         """N: markers ``[1]``..``[N]`` are the only ones the grammar allows."""
         return len(self.sources)
+
+    def evidence_or(self, default: Evidence | None) -> Evidence | None:
+        """The evidence to use: this request's, or ``default`` if it leaves the choice open."""
+        if isinstance(self.evidence, GeneratorDefault):
+            return default
+        return self.evidence
+
+    @property
+    def default_evidence(self) -> Evidence | None:
+        """``evidence_or`` citeformer's default scorer: what a generator that steers uses."""
+        return self.evidence_or(resolve_evidence(DEFAULT_EVIDENCE))
 
     @property
     def quotable_chars(self) -> int | None:
@@ -147,7 +202,7 @@ class GenerationRequest:
             return self.grammar.quotable_chars
         return None
 
-    @property
+    @cached_property
     def terms(self) -> tuple[str, ...]:
         """The dotted terms (``3.8``, ``str.join``) a word of the answer may copy, or ``()``.
 
@@ -181,21 +236,49 @@ class GenerationRequest:
         )
 
     def replace(self, **changes: Any) -> GenerationRequest:
-        """A copy with some fields changed; the changed values are checked again."""
-        values: dict[str, Any] = {
-            "max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
-            "temperature": self.temperature, "seed": self.seed,
-            "instructions": self.instructions, "prompt": self.prompt, "history": self.history,
-            "constrained": self.constrained,
-        }
-        if "evidence" not in changes and not self.evidence_by_default:
-            values["evidence"] = self.evidence
-        values["readability"] = self.readability
-        grammar = {**self.grammar.as_dict(), **_pop_grammar(changes)}
-        question = changes.pop("question", self.question)
-        sources = changes.pop("sources", self.sources)
-        policy = changes.pop("policy", self.policy)
-        return build_request(question, sources, policy, **{**values, **changes}, **grammar)
+        """A copy with some fields (or grammar options, by name) changed; all checked again."""
+        return dataclasses.replace(self, **_fold_grammar(changes, self.grammar))
+
+
+class GenerationOptions(TypedDict, total=False):
+    """The keyword options of ``generate``/``stream`` (and their async twins), all optional.
+
+    These are ``GenerationRequest``'s fields after ``policy`` and the ``GrammarOptions`` fields
+    (a test keeps the three lists equal); each is documented on its field there.
+    """
+
+    max_new_tokens: int
+    do_sample: bool
+    temperature: float
+    seed: int | None
+    instructions: str | None
+    history: Sequence[tuple[str, str]]
+    prompt: str | None
+    constrained: bool
+    grammar: GrammarOptions
+    evidence: Evidence | str | None
+    readability: Readability | None
+    max_group: int
+    max_sentence_words: int
+    max_word_chars: int
+    max_quote_chars: int
+    min_quote_chars: int
+    quotable_chars: int
+    verbatim_quotes: bool
+    sentence_ends: str
+    source_terms: bool
+
+
+def option_names() -> tuple[str, ...]:
+    """Every generation option.
+
+    ``GenerationRequest``'s fields after ``policy``, then the grammar options.
+    """
+    return (*_request_option_names(), *GrammarOptions.names())
+
+
+def _request_option_names() -> tuple[str, ...]:
+    return tuple(spec.name for spec in fields(GenerationRequest))[3:]
 
 
 def build_request(
@@ -209,44 +292,43 @@ def build_request(
     Raises an ``InvalidInputError`` (a ``ValueError``; ``InputTypeError`` is also a
     ``TypeError``) that names the bad value and what to do about it.
     """
-    opts: dict[str, Any] = dict(options)
-    grammar = GrammarOptions.of(_pop_grammar(opts))
-    max_new_tokens = opts.pop("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-    do_sample = opts.pop("do_sample", False)
-    temperature = opts.pop("temperature", 1.0)
-    seed = opts.pop("seed", None)
-    instructions = opts.pop("instructions", None)
-    history = opts.pop("history", ())
-    prompt = opts.pop("prompt", None)
-    constrained = opts.pop("constrained", True)
-    evidence_given = opts.get("evidence", GENERATOR_DEFAULT) != GENERATOR_DEFAULT
-    evidence = opts.pop("evidence", GENERATOR_DEFAULT)
-    if evidence == GENERATOR_DEFAULT:
-        evidence = DEFAULT_EVIDENCE
-    readability = opts.pop("readability", Readability())
-    if opts:
+    folded = _fold_grammar(dict(options), GrammarOptions())
+    return GenerationRequest(question, sources, policy, **folded)  # type: ignore[arg-type]
+
+
+def request_template(
+    policy: Policy | str = DEFAULT_POLICY, **options: Unpack[GenerationOptions]
+) -> GenerationRequest:
+    """A request checked without its question and sources: a wrapper's settings, fixed once.
+
+    ``template.replace(question=..., sources=...)`` makes each call's request.
+    """
+    return build_request(_TEMPLATE_QUESTION, _TEMPLATE_SOURCES, policy, **options)
+
+
+def _fold_grammar(options: dict[str, Any], base: GrammarOptions) -> dict[str, Any]:
+    """``options`` with grammar options given by name folded into ``grammar``.
+
+    Unknown names raise, listing the valid ones.
+    """
+    request_options = _request_option_names()
+    known = {"question", "sources", "policy", *request_options, *GrammarOptions.names()}
+    unknown = sorted(set(options) - known)
+    if unknown:
         raise InputTypeError(
-            f"unknown option(s) {sorted(opts)}; generation options are "
-            f"{', '.join(_DECODING_NAMES)} and the grammar options "
+            f"unknown option(s) {unknown}; generation options are "
+            f"{', '.join(request_options)} and the grammar options "
             f"{', '.join(GrammarOptions.names())}"
         )
-    return GenerationRequest(
-        question=check_question(question),
-        sources=normalize_sources(sources),
-        policy=Policy.coerce(policy),
-        max_new_tokens=_check_max_new_tokens(max_new_tokens),
-        do_sample=_check_bool("do_sample", do_sample),
-        temperature=_check_temperature(temperature),
-        seed=_check_seed(seed),
-        instructions=_check_text("instructions", instructions),
-        history=check_history(history),
-        prompt=_check_text("prompt", prompt),
-        constrained=_check_bool("constrained", constrained),
-        grammar=grammar,
-        evidence=resolve_evidence(evidence),
-        evidence_by_default=not evidence_given,
-        readability=_check_readability(readability),
-    )
+    by_name = {name: options.pop(name) for name in GrammarOptions.names() if name in options}
+    if by_name:
+        grammar = options.get("grammar", base)
+        if not isinstance(grammar, GrammarOptions):
+            raise InputTypeError(
+                f"grammar must be a citeformer.GrammarOptions, got {type(grammar).__name__}"
+            )
+        options["grammar"] = GrammarOptions.of({**grammar.as_dict(), **by_name})
+    return options
 
 
 def normalize_sources(sources: Sequence[SourceLike]) -> tuple[Source, ...]:
@@ -283,22 +365,6 @@ def check_question(question: object) -> str:
     if not question.strip():
         raise EmptyQuestionError(f"the question is empty ({question!r}); ask something")
     return question
-
-
-_DECODING_NAMES = (
-    "max_new_tokens", "do_sample", "temperature", "seed", "instructions", "history", "prompt",
-    "constrained", "evidence", "readability",
-)
-
-
-def _pop_grammar(options: dict[str, Any]) -> dict[str, Any]:
-    return {name: options.pop(name) for name in GrammarOptions.names() if name in options}
-
-
-def _check_max_new_tokens(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(f"max_new_tokens must be a positive int, got {value!r}")
-    return value
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -381,20 +447,62 @@ def _check_text(name: str, value: object) -> str | None:
     return value
 
 
-def options_of(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The generation and grammar options among ``values`` (the others are left out)."""
-    names = (*_DECODING_NAMES, *GrammarOptions.names())
-    return {name: values[name] for name in names if name in values}
+class AnswerChunks(Protocol):
+    """A stream of one answer: iterate its text chunks once, then read ``answer``."""
+
+    def __iter__(self) -> Iterator[str]:
+        """The text chunks, which join to ``answer.text``."""
+        ...
+
+    @property
+    def answer(self) -> CitedAnswer:
+        """The finished answer, once iteration has ended."""
+        ...
 
 
-__all__ = [
-    "DEFAULT_MAX_NEW_TOKENS",
-    "DEFAULT_POLICY",
-    "GenerationOptions",
-    "GenerationRequest",
-    "SourceLike",
-    "build_request",
-    "check_question",
-    "normalize_sources",
-    "options_of",
-]
+class AsyncAnswerChunks(Protocol):
+    """An async stream of one answer: ``async for`` its chunks once, then read ``answer``."""
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        """The text chunks, which join to ``answer.text``."""
+        ...
+
+    @property
+    def answer(self) -> CitedAnswer:
+        """The finished answer, once iteration has ended."""
+        ...
+
+
+@runtime_checkable
+class AnswerGenerator(Protocol):
+    """What the framework wrappers and the command line need of a generator.
+
+    ``CiteGenerator`` (a model in this process), ``ServerGenerator`` (a model behind a serving
+    engine) and ``citeformer.testing.FakeGenerator`` have it. Both methods take a checked
+    ``GenerationRequest`` (``citeformer.build_request``). Optional: ``context_length`` (tokens
+    the model accepts, or ``None``), read by the LlamaIndex wrapper.
+    """
+
+    def answer(self, request: GenerationRequest) -> CitedAnswer:
+        """The answer to ``request``; every marker is ``[k]`` with 1 <= k <= N."""
+        ...
+
+    def answer_stream(self, request: GenerationRequest) -> AnswerChunks:
+        """The answer to ``request`` as text chunks; the stream's ``answer`` is set at the end."""
+        ...
+
+
+@runtime_checkable
+class AsyncAnswerGenerator(AnswerGenerator, Protocol):
+    """A generator the wrappers' async paths await instead of running it in a worker thread.
+
+    ``ServerGenerator`` and ``citeformer.testing.FakeGenerator`` are.
+    """
+
+    async def aanswer(self, request: GenerationRequest) -> CitedAnswer:
+        """Async ``answer``."""
+        ...
+
+    def aanswer_stream(self, request: GenerationRequest) -> AsyncAnswerChunks:
+        """Async ``answer_stream``: ``async for chunk in ...``, then ``.answer``."""
+        ...

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, cast
 
-if TYPE_CHECKING:
-    from citeformer.request import GenerationRequest
+from citeformer.errors import InvalidInputError
+
+__all__ = [
+    "TITLE_KEYS",
+    "Citation",
+    "CitedAnswer",
+    "EvidenceSpan",
+    "FinishReason",
+    "Policy",
+    "Quote",
+    "Source",
+    "citation_dict",
+    "title_from",
+]
 
 
 class Policy(str, enum.Enum):
@@ -33,8 +45,6 @@ class Policy(str, enum.Enum):
             for policy in cls:
                 if key in (policy.value, policy.name.lower()):
                     return policy
-        from citeformer.errors import InvalidInputError
-
         choices = ", ".join(p.value for p in cls)
         raise InvalidInputError(f"unknown citation policy {value!r}; use one of: {choices}")
 
@@ -74,7 +84,7 @@ class EvidenceSpan:
     ``source.text[source_start:source_end] == text``. ``score`` is lexical support, not
     entailment: the IDF-weighted share of the claim's content words that the span contains
     (1.0: every one of them; IDF over the source's sentences, so a word every sentence has counts
-    little). ``weak`` is ``score < citeformer.spans.WEAK_SUPPORT``: the cited source has no
+    little). ``weak`` is ``score < citeformer.evidence.spans.WEAK_SUPPORT``: the cited source has no
     sentence that shares much of the claim's wording, so an app may show it differently.
     """
 
@@ -187,8 +197,49 @@ class CitedAnswer:
 
         return to_html(self, id_prefix=unique_id_prefix())
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CitedAnswer:
+        """The answer ``to_dict`` wrote; a dict that is not one raises ``InvalidInputError``."""
+        try:
+            sources = tuple(
+                Source(s["text"], title=s.get("title"), metadata=dict(s.get("metadata") or {}))
+                for s in data["sources"]
+            )
+            citations = tuple(
+                Citation(
+                    c["source_id"], c["start"], c["end"],
+                    None if c.get("evidence") is None else EvidenceSpan(**c["evidence"]),
+                )
+                for c in data["citations"]
+            )
+            quotes = tuple(Quote(**q) for q in data.get("quotes", ()))
+            finish = data["finish_reason"]
+            if finish not in ("stop", "length"):
+                raise ValueError(f"finish_reason {finish!r} is neither 'stop' nor 'length'")
+            answer = cls(
+                text=data["text"], citations=citations, sources=sources,
+                finish_reason=cast(FinishReason, finish),
+                prompt_tokens=int(data.get("prompt_tokens", 0)),
+                generated_tokens=int(data.get("generated_tokens", 0)),
+                quotes=quotes,
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise InvalidInputError(
+                f"not a CitedAnswer.to_dict() result ({type(error).__name__}: {error}); pass what "
+                "to_dict() wrote"
+            ) from error
+        for citation in answer.citations:
+            if not 1 <= citation.source_id <= len(sources) or (
+                answer.text[citation.start:citation.end] != f"[{citation.source_id}]"
+            ):
+                raise InvalidInputError(
+                    f"citation [{citation.source_id}] at {citation.start}:{citation.end} does not "
+                    f"match the answer's text or its {len(sources)} sources; the dict was altered"
+                )
+        return answer
+
     def to_dict(self) -> dict[str, Any]:
-        """A plain, JSON-serialisable dict."""
+        """A plain, JSON-serialisable dict; ``CitedAnswer.from_dict`` reads it back."""
         return {
             "text": self.text,
             "citations": [citation_dict(c) for c in self.citations],
@@ -209,32 +260,6 @@ class CitedAnswer:
         }
 
 
-class AnswerChunks(Protocol):
-    """A stream of one answer: iterate its text chunks once, then read ``answer``."""
-
-    def __iter__(self) -> Iterator[str]:
-        """The text chunks, which join to ``answer.text``."""
-        ...
-
-    @property
-    def answer(self) -> CitedAnswer:
-        """The finished answer, once iteration has ended."""
-        ...
-
-
-class AsyncAnswerChunks(Protocol):
-    """An async stream of one answer: ``async for`` its chunks once, then read ``answer``."""
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        """The text chunks, which join to ``answer.text``."""
-        ...
-
-    @property
-    def answer(self) -> CitedAnswer:
-        """The finished answer, once iteration has ended."""
-        ...
-
-
 def citation_dict(citation: Citation) -> dict[str, Any]:
     """A citation as a plain dict, the one serialisation every layer builds on.
 
@@ -249,38 +274,3 @@ def citation_dict(citation: Citation) -> dict[str, Any]:
             "text": span.text, "score": round(span.score, 4), "weak": span.weak,
         },
     }
-
-
-@runtime_checkable
-class AnswerGenerator(Protocol):
-    """What the framework wrappers and the command line need of a generator.
-
-    ``CiteGenerator`` (a model in this process), ``ServerGenerator`` (a model behind a serving
-    engine) and ``citeformer.testing.FakeGenerator`` have it. Both methods take a checked
-    ``GenerationRequest`` (``citeformer.build_request``). Optional: ``context_length`` (tokens
-    the model accepts, or ``None``), read by the LlamaIndex wrapper.
-    """
-
-    def answer(self, request: GenerationRequest) -> CitedAnswer:
-        """The answer to ``request``; every marker is ``[k]`` with 1 <= k <= N."""
-        ...
-
-    def answer_stream(self, request: GenerationRequest) -> AnswerChunks:
-        """The answer to ``request`` as text chunks; the stream's ``answer`` is set at the end."""
-        ...
-
-
-@runtime_checkable
-class AsyncAnswerGenerator(AnswerGenerator, Protocol):
-    """A generator the wrappers' async paths await instead of running it in a worker thread.
-
-    ``ServerGenerator`` and ``citeformer.testing.FakeGenerator`` are.
-    """
-
-    async def aanswer(self, request: GenerationRequest) -> CitedAnswer:
-        """Async ``answer``."""
-        ...
-
-    def aanswer_stream(self, request: GenerationRequest) -> AsyncAnswerChunks:
-        """Async ``answer_stream``: ``async for chunk in ...``, then ``.answer``."""
-        ...

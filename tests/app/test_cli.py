@@ -450,7 +450,7 @@ class Served:
     """``--server`` answers from a FakeServer; records the URL, model and engine asked for."""
 
     def __init__(self) -> None:
-        from tests.fake_server import FakeServer
+        from citeformer.testing import FakeServer
 
         self.server = FakeServer(pieces=["Paris is the capital of France [", "1", "]."])
         self.connects: list[tuple[str, str | None, str]] = []

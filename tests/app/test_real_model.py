@@ -13,7 +13,7 @@ import pytest
 from citeformer import AnswerGenerator, CitedAnswer, CiteGenerator, GenerationRequest
 from citeformer.app import Services, main
 from citeformer.app.pdf_text import PAGE_BREAK
-from citeformer.types import AnswerChunks
+from citeformer.request import AnswerChunks
 from tests.app.conftest import EXAMPLES
 from tests.app.pdfs import needs_pypdf, text_pdf
 

@@ -27,6 +27,7 @@ from citeformer import (
     TokenizerMismatchError,
     scan_markers,
 )
+from citeformer.decoding.steering import RowSteering, Steering
 from citeformer.default_model import (
     MANIFEST,
     WEIGHTS,
@@ -40,7 +41,6 @@ from citeformer.default_model import (
     save_cache,
     write_manifest,
 )
-from citeformer.processor import GrammarLogitsProcessor
 
 integration = pytest.mark.integration
 
@@ -237,38 +237,32 @@ def test_compiled_grammars_are_cached(default_generator: CiteGenerator) -> None:
     assert default_generator.compiled_grammar(4, Policy.REQUIRED) is not first
 
 
-@integration
-def test_a_forbidden_token_raises(default_generator: CiteGenerator) -> None:
-    processor = GrammarLogitsProcessor(default_generator.compiled_grammar(3, Policy.REQUIRED))
-    (bracket,) = default_generator.tokenizer("]", add_special_tokens=False).input_ids
-    with pytest.raises(GrammarViolationError, match=f"token {bracket} was generated"):
-        processor.accept(bracket)
-
-
-@integration
-def test_processor_masks_every_out_of_range_marker(default_generator: CiteGenerator) -> None:
-    tokenizer = default_generator.tokenizer
-    processor = GrammarLogitsProcessor(default_generator.compiled_grammar(3, Policy.AUTO))
-    prefix = tokenizer("Paris is big [", add_special_tokens=False).input_ids
-    scores = torch.zeros(1, default_generator.model.config.vocab_size)
-    processor(torch.tensor([[0]]), scores.clone())  # the prompt
-    for token in prefix:
-        processor(torch.tensor([[0, token]]), scores.clone())  # feeds token, fills next mask
-    allowed = _allowed_after(processor, tokenizer, scores)
-    assert {"1", "2", "3"} <= allowed
-    assert not allowed & {"4", "7", "0", "9", "12", "]"}
-
-
-def _allowed_after(processor: GrammarLogitsProcessor, tokenizer: object, scores: torch.Tensor
-                   ) -> set[str]:
+def _steered(gen: CiteGenerator, policy: Policy) -> RowSteering:
     import xgrammar as xgr
 
-    bitmask = xgr.allocate_token_bitmask(1, scores.shape[1])
-    processor.matcher.fill_next_token_bitmask(bitmask)
-    masked = scores.clone()
-    xgr.apply_token_bitmask_inplace(masked, bitmask)
-    ids = torch.nonzero(masked[0] > -1e30).flatten().tolist()
-    return set(tokenizer.convert_ids_to_tokens(ids))  # type: ignore[attr-defined]
+    compiled = gen.compiled_grammar(3, policy)
+    return RowSteering(gen.engine.vocab, matcher=xgr.GrammarMatcher(compiled))
+
+
+@integration
+def test_a_forbidden_token_raises(default_generator: CiteGenerator) -> None:
+    row = _steered(default_generator, Policy.REQUIRED)
+    (bracket,) = default_generator.tokenizer("]", add_special_tokens=False).input_ids
+    with pytest.raises(GrammarViolationError, match=f"token {bracket} was generated"):
+        row.advance(bracket)
+
+
+@integration
+def test_the_mask_removes_every_out_of_range_marker(default_generator: CiteGenerator) -> None:
+    tokenizer = default_generator.tokenizer
+    row = _steered(default_generator, Policy.AUTO)
+    for token in tokenizer("Paris is big [", add_special_tokens=False).input_ids:
+        row.advance(token)
+    scores = torch.zeros(1, default_generator.model.config.vocab_size)
+    Steering(scores.shape[1]).apply(scores, [(0, row)])
+    allowed = set(tokenizer.convert_ids_to_tokens(torch.nonzero(scores[0] > -1e30).flatten()))
+    assert {"1", "2", "3"} <= allowed
+    assert not allowed & {"4", "7", "0", "9", "12", "]"}
 
 
 @integration

@@ -16,10 +16,10 @@ from citeformer import (
     InvalidInputError,
     PromptTooLongError,
     TokenizerMismatchError,
+    build_grammar,
     build_request,
     scan_markers,
 )
-from citeformer import generator as generator_module
 from tests.adversary import bracket_hungry_llama
 from tests.tiny import tiny_tokenizer
 
@@ -91,16 +91,17 @@ def test_arguments_are_checked_before_anything_runs(gen: CiteGenerator) -> None:
             call(QUESTION, SOURCES, prompt="")
 
 
-def test_compiled_grammars_are_cached_and_bounded(
-    gen: CiteGenerator, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(generator_module, "GRAMMAR_CACHE_SIZE", 3)
-    first = gen.compiled_grammar(2, "auto")
-    assert gen.compiled_grammar(2, "AUTO") is first
+def test_compiled_grammars_are_cached_and_bounded(gen: CiteGenerator) -> None:
+    from citeformer.decoding.engine import TransformersEngine
+
+    engine = TransformersEngine(gen.model, gen.tokenizer, grammar_cache_size=3)
+    first = engine.compile(build_grammar(2, "auto"))
+    assert engine.compile(build_grammar(2, "AUTO")) is first
     for n in range(3, 7):
-        gen.compiled_grammar(n, "auto")
-    assert len(gen._grammars) == 3
-    assert gen.compiled_grammar(2, "auto") is not first
+        engine.compile(build_grammar(n, "auto"))
+    assert engine.compile.cache_info().currsize == 3
+    assert engine.compile(build_grammar(2, "auto")) is not first
+    assert gen.compiled_grammar(2, "AUTO") is gen.compiled_grammar(2, "auto")
 
 
 def test_compiled_grammars_are_keyed_by_their_dotted_terms(gen: CiteGenerator) -> None:

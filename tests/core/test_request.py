@@ -20,6 +20,7 @@ from citeformer import (
     build_request,
 )
 from citeformer.evidence import LexicalEvidence
+from citeformer.request import GENERATOR_DEFAULT
 
 SOURCES = ["Paris is the capital of France.", "Berlin is the capital of Germany."]
 
@@ -97,14 +98,45 @@ def test_defaults_and_coercion() -> None:
     assert request.sources == tuple(Source(text) for text in SOURCES)
     assert request.n_sources == 2
     assert request.grammar == GrammarOptions(max_group=2)
-    assert isinstance(request.evidence, LexicalEvidence)
-    assert request.evidence_by_default
+    # Evidence is left to the generator until one resolves it: lexical where it steers.
+    assert request.evidence is GENERATOR_DEFAULT
+    assert isinstance(request.default_evidence, LexicalEvidence)
+    assert request.evidence_or(None) is None
 
 
-def test_explicit_evidence_is_marked_as_the_callers() -> None:
-    assert not build_request("Q?", SOURCES, evidence="lexical").evidence_by_default
+def test_explicit_evidence_is_the_callers() -> None:
+    lexical = build_request("Q?", SOURCES, evidence="lexical")
+    assert isinstance(lexical.evidence, LexicalEvidence)
+    assert isinstance(lexical.evidence_or(None), LexicalEvidence)
     none = build_request("Q?", SOURCES, evidence=None)
-    assert none.evidence is None and not none.evidence_by_default
+    assert none.evidence is None and none.default_evidence is None
+    assert build_request("Q?", SOURCES, evidence="default").evidence is GENERATOR_DEFAULT
+    assert repr(GENERATOR_DEFAULT) == "GENERATOR_DEFAULT"
+
+
+def test_the_option_lists_are_the_request_fields() -> None:
+    from dataclasses import fields
+
+    from citeformer.request import GenerationOptions, option_names
+
+    names = [spec.name for spec in fields(GenerationRequest)]
+    assert names[:3] == ["question", "sources", "policy"]
+    assert option_names() == (*names[3:], *GrammarOptions.names())
+    # The typed keywords of generate() are the same list, in the same order.
+    assert tuple(GenerationOptions.__annotations__) == option_names()
+
+
+def test_a_template_is_checked_once_and_filled_per_call() -> None:
+    from citeformer.request import request_template
+
+    template = request_template("auto", max_new_tokens=8, max_group=1)
+    request = template.replace(question="Capital?", sources=SOURCES, temperature=0.5)
+    assert (request.question, request.n_sources, request.policy) == ("Capital?", 2, Policy.AUTO)
+    assert (request.max_new_tokens, request.grammar.max_group, request.temperature) == (8, 1, 0.5)
+    with pytest.raises(NoSourcesError):
+        template.replace(question="Capital?", sources=[])
+    with pytest.raises(InputTypeError, match="grammar must be a citeformer.GrammarOptions"):
+        build_request("Q?", SOURCES, grammar={"max_group": 1})  # type: ignore[typeddict-item]
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from langchain_core.documents import Document
 
 from citeformer import CitedAnswer, build_request, parse_citations
 from citeformer.answers import cited_answer
-from citeformer.quotes import find_quotes
+from citeformer.grammar.quotes import find_quotes
 from citeformer_langchain import CitationAnswer, CitationAnswerChunk, DocumentCitation
 from citeformer_langchain.inputs import to_sources
 
@@ -145,3 +145,33 @@ def test_last_chunk_holds_what_the_others_did_not_show() -> None:
     total = CitationAnswerChunk(text="In") + CitationAnswerChunk(text=" Paris") + last
     assert total.model_dump() == CitationAnswer.from_cited_answer(core, DOCS).model_dump()
     assert CitationAnswerChunk.last(core, DOCS, shown="In Paris [1].").text == ""
+
+
+def test_an_answer_keeps_the_core_answer_it_came_from() -> None:
+    core = quoted()
+    answer = CitationAnswer.from_cited_answer(core, DOCS)
+    assert answer.cited_answer is core
+    last = CitationAnswerChunk.last(core, DOCS, shown="The Colosseum ")
+    whole = CitationAnswerChunk(text="The Colosseum ") + last
+    assert whole.cited_answer is core  # the chunks add up to the very answer
+    # A chunk that is not all of the answer, or an answer built by hand, stands for itself.
+    assert last.cited_answer is not core and last.cited_answer.text == last.text
+    by_hand = CitationAnswer(text="Rome [1].", documents=DOCS[2:])
+    assert by_hand.cited_answer.text == "Rome [1]."
+    assert [s.text for s in by_hand.cited_answer.sources] == [DOCS[2].page_content]
+
+
+def test_runnable_answers_keep_what_the_model_was_shown() -> None:
+    from citeformer.testing import FakeGenerator
+    from citeformer_langchain import CitationRunnable
+
+    fake = FakeGenerator("It is in Paris [1].")
+    cite = CitationRunnable(generator=fake, title_keys=("source",))
+    answer = cite.invoke({"question": "Where?", "context": DOCS[:1]})
+    assert answer.cited_answer.sources == fake.requests[-1].sources
+    assert answer.cited_answer.sources[0].title == "https://example.org/eiffel"
+    chunks = list(cite.stream({"question": "Where?", "context": DOCS[:1]}))
+    total = chunks[0]
+    for chunk in chunks[1:]:
+        total = total + chunk
+    assert total.cited_answer.sources == fake.requests[-1].sources

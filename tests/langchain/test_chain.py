@@ -220,7 +220,7 @@ def test_blank_documents_are_left_out_or_refused(
     answer = cite.invoke({"question": EVEREST, "context": given})
     assert_guarantee(answer, documents)  # [N] is the N-th document the model saw
     strict = CitationRunnable(generator=default_generator, empty_sources="raise")
-    with pytest.raises(EmptySourceError, match="document 1 \\(Blank\\)"):
+    with pytest.raises(EmptySourceError, match="document 1 of 4 \\(Blank\\)"):
         strict.invoke({"question": EVEREST, "context": given})
 
 

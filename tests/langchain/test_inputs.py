@@ -18,9 +18,11 @@ from citeformer.errors import (
     InvalidInputError,
     NoSourcesError,
 )
+from citeformer.integration import settings_template
 from citeformer.testing import FakeGenerator
+from citeformer.types import TITLE_KEYS
 from citeformer_langchain import CitationRunnable
-from citeformer_langchain.inputs import TITLE_KEYS, document_title, to_request, to_sources
+from citeformer_langchain.inputs import document_title, to_request, to_sources
 from tests.langchain.common import DOCS, ask, assert_guarantee, best_source
 
 
@@ -108,16 +110,18 @@ def test_only_blank_documents_is_no_sources(cite: CitationRunnable, gen: FakeGen
 def test_blank_documents_raise_when_asked(gen: FakeGenerator) -> None:
     strict = CitationRunnable(generator=gen, empty_sources="raise")
     with pytest.raises(EmptySourceError,
-                       match=r"input\['context'\] document 2 \(untitled\) has empty page_content; "
-                             r".*empty_sources='drop'"):
+                       match=r"document 2 of 2 \(untitled\) from input\['context'\] has empty "
+                             r"page_content; .*empty_sources='drop'"):
         strict.invoke(ask("Why?", [DOCS[0], Document(page_content="")]))
-    with pytest.raises(EmptySourceError, match="document 1 \\(Empty page\\)"):
+    with pytest.raises(EmptySourceError,
+                       match="document 1 of 1 \\(Empty page\\) from input\\['documents'\\]"):
         strict.invoke({"input": "Why?", "documents": [BLANK]})
     assert gen.requests == []
 
 
 def test_to_request_returns_the_documents_the_sources_are() -> None:
-    request, documents = to_request(ask("Spain?", [BLANK, *DOCS]), "auto", {"max_new_tokens": 9})
+    template = settings_template({"policy": "auto"})
+    request, documents = to_request(ask("Spain?", [BLANK, *DOCS]), template, {"max_new_tokens": 9})
     assert documents == DOCS
     assert [s.text for s in request.sources] == [d.page_content for d in DOCS]
     assert (request.question, request.max_new_tokens, request.policy.value) == ("Spain?", 9,
@@ -169,9 +173,9 @@ def test_bad_input_is_a_clear_error(cite: CitationRunnable, gen: FakeGenerator,
 
 STRICT_BAD_INPUTS: list[tuple[str, Any, str]] = [
     ("empty page_content", ask("Why?", [DOCS[0], Document(page_content="")]),
-     "document 2 \\(untitled\\) has empty page_content"),
+     "document 2 of 2 \\(untitled\\) from input\\['context'\\] has empty page_content"),
     ("blank page_content", ask("Why?", [Document(page_content=" \n", metadata={"title": "T"})]),
-     "document 1 \\(T\\)"),
+     "document 1 of 1 \\(T\\)"),
 ]
 
 

@@ -85,14 +85,20 @@ def test_server_settings_without_an_openai_model_are_refused(fields: dict[str, A
         CitationRunnable(generator=FakeGenerator(), **fields)
 
 
-@pytest.mark.parametrize("base_url", [None, "https://api.openai.com/v1"])
+@pytest.mark.parametrize(
+    ("base_url", "named"),
+    [(None, "has no base_url, so it talks to OpenAI's API, which takes no grammar"),
+     ("https://api.openai.com/v1",
+      "talks to OpenAI's API (https://api.openai.com/v1), which takes no grammar")],
+)
 def test_an_openai_model_on_openai_itself_is_refused(
-    base_url: str | None, monkeypatch: pytest.MonkeyPatch
+    base_url: str | None, named: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OPENAI_API_BASE", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with pytest.raises(InvalidInputError, match="OpenAI's API, which takes no grammar"):
+    with pytest.raises(InvalidInputError) as caught:
         CitationRunnable(llm=chat_openai(base_url=base_url), engine="vllm")
+    assert named in str(caught.value)
 
 
 def test_an_openai_compatible_model_needs_its_engine() -> None:
@@ -130,7 +136,9 @@ def test_chat_openai_becomes_a_server_generator(
     answer = cite.invoke(ask("What is the capital of Germany?"))
     assert_guarantee(answer, DOCS)
     assert answer.cited_documents == [DOCS[1]]
-    (request,) = server.requests
+    # A vLLM is asked first whether it steers (the handshake), then answers one completion.
+    assert len(server.bodies) == 1 and server.handshakes == (engine == "vllm")
+    request = server.requests[-1]
     assert request.url.path == "/v1/chat/completions"
     assert request.headers["authorization"] == "Bearer secret-key"
     assert request.headers["x-team"] == "docs"

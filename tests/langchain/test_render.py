@@ -107,3 +107,18 @@ def test_render_markdown_formats_entries_in_a_citation_style() -> None:
     assert render_markdown(answer, style=None) == render_markdown(answer)
     with pytest.raises(InvalidInputError, match="style='apa' is not a CSL style"):
         render_markdown(answer, style="apa")
+
+
+def test_render_markdown_shows_the_titles_the_model_saw() -> None:
+    from citeformer_langchain import CitationRunnable
+
+    docs = [Document(page_content="Paris is in France.",
+                     metadata={"title": "France", "heading": "Capitals"})]
+    fake = FakeGenerator("Paris is in France [1].")
+    answer = CitationRunnable(generator=fake, title_keys=("heading",)).invoke(
+        {"question": "Where is Paris?", "context": docs}
+    )
+    assert [s.title for s in fake.requests[-1].sources] == ["Capitals"]
+    assert render_markdown(answer, heading=None).splitlines()[2] == "1. Capitals"
+    assert "\\[1\\] Capitals\n" in answer._repr_markdown_()
+    assert 'value="1">Capitals<ul>' in answer._repr_html_()

@@ -26,6 +26,7 @@ from citeformer.grammar import GrammarOptions
 from citeformer.request import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_POLICY,
+    GENERATOR_DEFAULT,
     GenerationRequest,
     build_request,
 )
@@ -150,7 +151,8 @@ def test_per_call_options_override_fields(cite: CitationRunnable, gen: FakeGener
     assert gen.requests[-1].grammar == GrammarOptions(max_sentence_words=9)
     with pytest.raises(TypeError, match="unknown generation option"):
         cite.invoke(ask("France?"), max_tokens=12)
-    with pytest.raises(ValidationError, match="max_new_tokens"):
+    # A per-call value is checked by that call's request, as the core checks it.
+    with pytest.raises(InvalidInputError, match="max_new_tokens"):
         cite.invoke(ask("France?"), max_new_tokens=0)
 
 
@@ -238,16 +240,16 @@ def test_output_converts_to_json(cite: CitationRunnable) -> None:
 
 def test_evidence_is_left_to_the_generator_unless_set(gen: FakeGenerator) -> None:
     CitationRunnable(generator=gen).invoke(ask("France?"))
-    assert gen.requests[-1].evidence_by_default  # not passed: "lexical" locally
+    assert gen.requests[-1].evidence is GENERATOR_DEFAULT  # not passed: "lexical" locally
     CitationRunnable(generator=gen, evidence=None).invoke(ask("France?"))
-    assert gen.requests[-1].evidence is None and not gen.requests[-1].evidence_by_default
+    assert gen.requests[-1].evidence is None
     stronger = LexicalEvidence(weight=16.0)
     CitationRunnable(generator=gen, evidence=stronger).invoke(ask("France?"))
     assert gen.requests[-1].evidence is stronger
     CitationRunnable(generator=gen).invoke(ask("France?"), evidence=None)
-    assert gen.requests[-1].evidence is None and not gen.requests[-1].evidence_by_default
+    assert gen.requests[-1].evidence is None
     CitationRunnable(generator=gen, evidence=None).invoke(ask("France?"), evidence="default")
-    assert gen.requests[-1].evidence_by_default
+    assert gen.requests[-1].evidence is GENERATOR_DEFAULT
     with pytest.raises(ValidationError, match="unknown evidence scorer 'lex'"):
         CitationRunnable(generator=gen, evidence="lex")
 

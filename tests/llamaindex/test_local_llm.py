@@ -150,3 +150,16 @@ def test_a_condense_question_chat_engine_runs_offline_on_one_model(
     response = chat.chat("When was it finished?")
     assert response.source_nodes
     assert response.response.strip()
+
+
+def test_the_option_fields_are_request_options_with_the_core_defaults() -> None:
+    from citeformer.request import GenerationRequest, option_names
+
+    fields = [name for name in LocalLLM.model_fields if name in option_names()]
+    assert fields == ["max_new_tokens", "do_sample", "temperature", "seed"]
+    llm = LocalLLM(FakeGenerator())
+    assert (llm.do_sample, llm.temperature, llm.seed) == (
+        GenerationRequest.do_sample, GenerationRequest.temperature, GenerationRequest.seed
+    )
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        LocalLLM(FakeGenerator(), temperature=0.0)

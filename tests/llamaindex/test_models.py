@@ -115,7 +115,9 @@ def test_openai_like_becomes_a_server_generator(engine: str) -> None:
     response = synthesizer.synthesize("Who built it?", nodes())
     assert_lined_up(response)
     assert [c["source_id"] for c in response.metadata["citations"]] == [3]
-    (request,) = server.requests
+    # A vLLM is asked first whether it steers (the handshake), then answers one completion.
+    assert len(server.bodies) == 1 and server.handshakes == (engine == "vllm")
+    request = server.requests[-1]
     assert request.headers["authorization"] == "Bearer secret-key"
     assert request.headers["x-team"] == "docs"
     body = json.loads(request.content)

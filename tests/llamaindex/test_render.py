@@ -252,3 +252,21 @@ def test_a_style_formats_nodes_with_bibliographic_metadata() -> None:
     assert "Loyrette" not in plain and "Loyrette, H. (1985)" in styled
     assert "page 12" in styled
     assert "Loyrette, H. (1985)" in render_html(response, style="harvard-cite-them-right")
+
+
+def test_the_response_keeps_the_core_answer_as_its_dict() -> None:
+    import json
+
+    from citeformer.types import CitedAnswer
+
+    generator = FakeGenerator(ANSWER)
+    response = CitationSynthesizer(generator, max_new_tokens=32,
+                                   metadata_mode=MetadataMode.LLM).synthesize(QUESTION, scored())
+    assert response.metadata is not None
+    stored = response.metadata["cited_answer"]
+    assert json.loads(json.dumps(stored)) == stored
+    answer = CitedAnswer.from_dict(stored)
+    assert answer.to_dict() == stored
+    assert answer.sources == generator.requests[-1].sources  # what the model read, as it read it
+    assert answer.text == response.response
+    assert [c.source_id for c in answer.citations] == [1, 3]

@@ -49,12 +49,14 @@ from citeformer.prompt import DEFAULT_INSTRUCTIONS
 from citeformer.request import (
     DEFAULT_MAX_NEW_TOKENS,
     DEFAULT_POLICY,
+    GENERATOR_DEFAULT,
     GenerationRequest,
     build_request,
 )
 from citeformer.testing import FakeGenerator
+from citeformer.types import TITLE_KEYS
 from citeformer_llamaindex import CitationSynthesizer, CiteformerLLM
-from citeformer_llamaindex.synthesizer import TITLE_KEYS, metadata_title
+from citeformer_llamaindex.nodes import metadata_title
 from tests.llamaindex.common import (
     CONTEXT_WORDS,
     TEXTS,
@@ -204,17 +206,19 @@ def test_one_checked_request_per_call(index: VectorStoreIndex) -> None:
 def test_defaults_are_the_core_defaults() -> None:
     defaults = {name: parameter.default
                 for name, parameter in inspect.signature(CitationSynthesizer).parameters.items()}
-    assert defaults["max_new_tokens"] == DEFAULT_MAX_NEW_TOKENS
     assert defaults["policy"] is DEFAULT_POLICY
-    assert (defaults["do_sample"], defaults["temperature"]) == (
-        GenerationRequest.do_sample, GenerationRequest.temperature
-    )
+    # The generation options are the core's keywords (citeformer.GenerationOptions), not
+    # parameters of their own: what reaches the generator is the core's defaults.
+    assert {"max_new_tokens", "do_sample", "temperature"}.isdisjoint(defaults)
     generator = FakeGenerator()
     CitationSynthesizer(generator).synthesize("q", nodes())
     (request,) = generator.requests
     assert request.grammar == GrammarOptions()
     assert request.max_new_tokens == DEFAULT_MAX_NEW_TOKENS
     assert request.policy is DEFAULT_POLICY
+    assert (request.do_sample, request.temperature) == (
+        GenerationRequest.do_sample, GenerationRequest.temperature
+    )
 
 
 def test_additional_source_nodes_come_after_the_cited_ones() -> None:
@@ -301,10 +305,9 @@ def test_async_paths_await_an_async_generator_and_thread_an_in_process_one() -> 
 def test_evidence_is_left_to_the_generator_unless_set() -> None:
     generator = fake()
     synth(generator).synthesize("q", nodes())
-    assert generator.requests[-1].evidence_by_default  # not passed: "lexical" locally
+    assert generator.requests[-1].evidence is GENERATOR_DEFAULT  # not passed: "lexical" locally
     synth(generator, evidence=None).synthesize("q", nodes())
     assert generator.requests[-1].evidence is None
-    assert not generator.requests[-1].evidence_by_default
     stronger = LexicalEvidence(weight=16.0)
     synth(generator, evidence=stronger).synthesize("q", nodes())
     assert generator.requests[-1].evidence is stronger
@@ -677,3 +680,53 @@ def test_server_generator_async_paths_await_the_server() -> None:
     assert_lined_up(response)
     assert "".join(chunks) == response.response
     assert_lined_up(streaming)
+
+
+# -- the option schema ----------------------------------------------------------------------
+
+
+def test_the_settings_are_checked_once_and_each_call_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[GenerationRequest] = []
+    check = GenerationRequest.__post_init__
+
+    def counted(self: GenerationRequest) -> None:
+        check(self)
+        made.append(self)
+
+    monkeypatch.setattr(GenerationRequest, "__post_init__", counted)
+    generator = fake()
+    synthesizer = synth(generator, grammar_options={"max_group": 2}, seed=4)
+    assert len(made) == 1  # the template
+    synthesizer.synthesize("q", nodes())
+    asyncio.run(synthesizer.asynthesize("q", nodes()))
+    "".join(synth(generator, streaming=True).synthesize("q", nodes()).response_gen)
+    assert len(made) == 5  # one request per call (and one more template)
+    assert made[1:3] == generator.requests[:2]
+
+
+def test_every_generation_option_of_the_core_is_a_keyword() -> None:
+    from citeformer.readability import Readability
+
+    generator = fake()
+    steady = Readability(end_intent=False)
+    synth(generator, readability=steady, constrained=False, max_group=1).synthesize("q", nodes())
+    request = generator.requests[-1]
+    assert (request.readability, request.constrained, request.grammar.max_group) == (
+        steady, False, 1
+    )
+
+
+@pytest.mark.parametrize("name", ["history", "prompt"])
+def test_the_options_of_one_call_are_not_settings(name: str) -> None:
+    with pytest.raises(InputTypeError, match=f"{name} belong to one call"):
+        synth(**{name: "x"})
+
+
+def test_the_grammar_is_given_one_way() -> None:
+    generator = fake()
+    synth(generator, grammar=GrammarOptions(max_group=1)).synthesize("q", nodes())
+    assert generator.requests[-1].grammar == GrammarOptions(max_group=1)
+    with pytest.raises(InputTypeError, match="both grammar_options= and grammar="):
+        synth(grammar=GrammarOptions(), grammar_options={"max_group": 1})

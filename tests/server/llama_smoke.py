@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.server.llama_server import describe  # noqa: E402
 
-PROMPT = "<|im_start|>user\nWhen was the Eiffel Tower completed?<|im_end|>\n<|im_start|>assistant\n"
+PROMPT = (
+    "<|im_start|>user\nWhen was the Eiffel Tower completed?<|im_end|>\n<|im_start|>assistant\n"
+)
 
 _CHILD = f"""
 import llama_cpp
@@ -43,10 +45,10 @@ def main() -> int:
     done = run()
     if done.returncode != 0:
         print(
-            f"llama-cpp-python cannot run the embedded model on this CPU: {describe(done.returncode)}"
-            f"\n{done.stdout}{done.stderr[-3000:]}\nRebuild it with the Makefile's "
-            "LLAMA_CPP_CMAKE_ARGS (rm -rf the wheel folder under ~/.cache/citeformer/"
-            "llama-cpp-wheels, then make test).",
+            "llama-cpp-python cannot run the embedded model on this CPU: "
+            f"{describe(done.returncode)}\n{done.stdout}{done.stderr[-3000:]}\n"
+            "Rebuild it with the Makefile's LLAMA_CPP_CMAKE_ARGS (rm -rf the wheel folder under "
+            "~/.cache/citeformer/llama-cpp-wheels, then make test).",
             file=sys.stderr,
         )
         return 1

@@ -33,7 +33,7 @@ from citeformer.server._recheck import (
     cached_grammars,
     compiled_grammar,
 )
-from citeformer.testing._server import chat_chunks
+from citeformer.testing import chat_chunks
 from tests.server.common import QUESTION, SOURCES
 
 TOWER = [

@@ -11,7 +11,7 @@ from citeformer import InvalidInputError, Policy, ServerGenerator, build_grammar
 from citeformer.prompt import build_messages
 from citeformer.server import ENGINES
 from citeformer.server._engines import GRAMMAR_FIELDS, prepare_call
-from citeformer.testing._server import MODEL, FakeServer
+from citeformer.testing import MODEL, FakeServer
 from tests.server.common import NORMALIZED, QUESTION, SOURCES, collect
 
 
@@ -127,7 +127,7 @@ def test_unconstrained_sends_no_grammar_and_keeps_only_valid_citations() -> None
 
 
 def test_bodies_are_json_serialisable_for_every_policy() -> None:
-    gen = ServerGenerator("http://h", "m", engine="vllm")
+    gen = ServerGenerator("http://h", "m", engine="vllm", steering=False)
     for policy in (Policy.REQUIRED, Policy.AUTO):
         body = gen.request_body(QUESTION, SOURCES, policy, stream=True)
         assert json.loads(json.dumps(body)) == body
@@ -148,12 +148,71 @@ def test_the_grammar_sent_is_the_requests_with_spelled_quotes() -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_engine_names_its_grammar_field(engine: str) -> None:
-    body = ServerGenerator("http://h", "m", engine=engine).request_body(QUESTION, SOURCES)
+    gen = ServerGenerator("http://h", "m", engine=engine, steering=False)
+    body = gen.request_body(QUESTION, SOURCES)
     path = GRAMMAR_FIELDS[engine].split(".")
     value: Any = body
     for name in path:
         value = value[name]
     assert value == build_grammar(3, Policy.REQUIRED)
+
+
+def test_a_steered_vllm_body_carries_the_payload_and_the_markers_grammar() -> None:
+    from citeformer.decoding.payload import request_from_payload
+    from citeformer.grammar import marker_grammar
+
+    server = FakeServer(steering=True)
+    gen = server.generator(engine="vllm")
+    assert gen.steers() and server.handshakes == 1
+    gen.generate(QUESTION, SOURCES, Policy.AUTO, max_new_tokens=48, max_group=2)
+    gen.generate(QUESTION, SOURCES, max_new_tokens=48)
+    assert server.handshakes == 1  # asked once, then kept
+    body = server.bodies[0]
+    assert body["structured_outputs"] == {"grammar": marker_grammar(3, 2)}
+    sent = request_from_payload(body["vllm_xargs"]["citeformer"])
+    request = build_request(QUESTION, SOURCES, Policy.AUTO, max_group=2)
+    assert (sent.question, sent.sources, sent.policy) == (QUESTION, tuple(NORMALIZED), Policy.AUTO)
+    assert sent.grammar == request.grammar and sent.readability == request.readability
+    assert json.loads(json.dumps(body)) == body
+
+
+def test_a_vllm_without_the_processor_gets_the_grammar_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = FakeServer()  # answers the handshake: no processor there
+    gen = server.generator(engine="vllm")
+    with caplog.at_level("WARNING", logger="citeformer.server"):
+        assert not gen.steers()
+    assert "does not run citeformer's steering processor" in caplog.text
+    gen.generate(QUESTION, SOURCES, max_new_tokens=48)
+    (body,) = server.bodies
+    assert body["structured_outputs"] == {"grammar": build_grammar(3, Policy.REQUIRED)}
+    assert "vllm_xargs" not in body and server.handshakes == 1
+    with pytest.raises(InvalidInputError, match="does not run citeformer's steering processor"):
+        FakeServer().generator(engine="vllm", steering=True).generate(QUESTION, SOURCES)
+
+
+def test_steering_is_vllms_alone() -> None:
+    server = FakeServer(steering=True)
+    server.generator().generate(QUESTION, SOURCES)  # llama.cpp: never asked
+    assert server.handshakes == 0 and "vllm_xargs" not in server.bodies[0]
+    assert not server.generator(engine="vllm", steering=False).steers()
+    assert server.handshakes == 0
+    with pytest.raises(InvalidInputError, match="steering runs inside vLLM only"):
+        ServerGenerator("http://h", engine="sglang", steering=True)
+    with pytest.raises(InvalidInputError, match="steering must be True, False or None"):
+        ServerGenerator("http://h", engine="vllm", steering="yes")  # type: ignore[arg-type]
+
+
+def test_evidence_travels_only_to_a_steered_engine() -> None:
+    from citeformer.evidence import LexicalEvidence
+
+    steered = FakeServer(steering=True)
+    steered.generator(engine="vllm").generate(QUESTION, SOURCES, evidence=LexicalEvidence(weight=4))
+    payload = json.loads(steered.bodies[0]["vllm_xargs"]["citeformer"])
+    assert payload["evidence"] == {"name": "lexical", "weight": 4.0, "question_weight": 2.0}
+    with pytest.raises(InvalidInputError, match="evidence= .* only a steered engine"):
+        FakeServer().generator(engine="vllm").generate(QUESTION, SOURCES, evidence="lexical")
 
 
 def test_unknown_engine_is_refused() -> None:

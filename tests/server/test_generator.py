@@ -30,8 +30,9 @@ from citeformer.errors import (
     GrammarViolationError,
     NoSourcesError,
 )
+from citeformer.request import GENERATOR_DEFAULT
 from citeformer.server import AsyncServerAnswerStream, ServerAnswerStream
-from citeformer.testing._server import MODEL, FakeServer, byte_chunks, chat_chunks, sse
+from citeformer.testing import MODEL, FakeServer, byte_chunks, chat_chunks, sse
 from tests.server.common import NORMALIZED, QUESTION, SOURCES, acollect, collect
 
 
@@ -63,9 +64,9 @@ def test_input_is_checked_before_any_request() -> None:
         gen.generate(QUESTION, SOURCES, max_words=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="list of Source"):
         gen.generate(QUESTION, "one passage")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="evidence= .* CiteGenerator only"):
+    with pytest.raises(ValueError, match="evidence= .*CiteGenerator, or vLLM with"):
         gen.generate(QUESTION, SOURCES, evidence="lexical")
-    with pytest.raises(ValueError, match="evidence= .* CiteGenerator only"):
+    with pytest.raises(ValueError, match="evidence= .*CiteGenerator, or vLLM with"):
         gen.answer_stream(build_request(QUESTION, SOURCES, evidence="embedding"))
     assert server.requests == []
     gen.request_body(QUESTION, SOURCES, evidence=None)  # the default of CiteGenerator's callers
@@ -74,7 +75,7 @@ def test_input_is_checked_before_any_request() -> None:
 def test_evidence_left_at_its_default_is_not_an_error() -> None:
     server = FakeServer()
     request = build_request(QUESTION, SOURCES)
-    assert request.evidence is not None and request.evidence_by_default
+    assert request.evidence is GENERATOR_DEFAULT
     assert server.generator().answer(request).cited_ids == [1, 2]
 
 

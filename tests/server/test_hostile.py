@@ -30,7 +30,7 @@ from citeformer import (
     ServerResponseError,
 )
 from citeformer.errors import CiteformerError
-from citeformer.testing._server import MODEL, chat_chunks, sse
+from citeformer.testing import MODEL, chat_chunks, sse
 from tests.server.common import QUESTION, SOURCES
 
 TOWER = [

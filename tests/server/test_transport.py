@@ -22,7 +22,7 @@ from citeformer import (
 )
 from citeformer.errors import InputTypeError
 from citeformer.server._transport import MAX_WAIT_S, SAID_LIMIT_BYTES, retry_after
-from citeformer.testing._server import FakeServer, byte_chunks, chat_chunks, sse
+from citeformer.testing import FakeServer, byte_chunks, chat_chunks, sse
 from tests.server.common import QUESTION, SOURCES, collect
 
 # -- address and settings ------------------------------------------------------------------

@@ -22,14 +22,23 @@ from citeformer.app.errors import PROG
 from citeformer.app.output import answer_json, format_references
 from citeformer.app.retrieval import DEFAULT_TOP_K, DenseRetriever
 from citeformer.app.services import Services
-from citeformer.request import DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY
+from citeformer.request import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY
+
+__all__ = [
+    "DEFAULT_ENGINE",
+    "AskOptions",
+    "Output",
+    "Progress",
+    "ask",
+    "index_passages",
+    "library_warnings_to",
+    "load_passages",
+    "open_generator",
+    "silence_library_progress",
+]
 
 Output = Literal["text", "json", "stream"]
 DEFAULT_ENGINE = "llama.cpp"
-DEFAULT_BATCH_SIZE = 8
-"""Questions per batch of ``--questions``: what ``CiteGenerator.answer_batch`` decodes at once by
-default (kept here, since importing ``citeformer.batch`` would load torch before any input is
-checked)."""
 
 
 @dataclass(frozen=True)

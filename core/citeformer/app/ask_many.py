@@ -42,6 +42,14 @@ from citeformer.app.retrieval import DenseRetriever, Hit
 from citeformer.app.services import Services
 from citeformer.request import GenerationRequest
 
+__all__ = [
+    "BatchAnswerGenerator",
+    "BatchAnswerer",
+    "Outcome",
+    "ProgressBar",
+    "ask_many",
+]
+
 Outcome = CitedAnswer | CiteformerError
 """What one request came to: its answer, or the error that stopped it."""
 

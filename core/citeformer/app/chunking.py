@@ -24,6 +24,13 @@ from dataclasses import dataclass
 
 from citeformer import InputTypeError, InvalidInputError
 
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "Separator",
+    "Span",
+    "chunk_text",
+]
+
 DEFAULT_MAX_CHARS = 600
 """Default passage size bound, in characters (about 120-150 tokens of English prose)."""
 

@@ -50,7 +50,6 @@ from typing import NoReturn
 
 from citeformer import Policy
 from citeformer.app.ask import (
-    DEFAULT_BATCH_SIZE,
     DEFAULT_ENGINE,
     AskOptions,
     ask,
@@ -61,7 +60,11 @@ from citeformer.app.chunking import DEFAULT_MAX_CHARS
 from citeformer.app.errors import EXIT_OK, EXIT_USAGE, PROG, UsageError, as_app_error
 from citeformer.app.retrieval import DEFAULT_TOP_K
 from citeformer.app.services import Services
-from citeformer.request import DEFAULT_MAX_NEW_TOKENS
+from citeformer.request import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS
+
+__all__ = [
+    "main",
+]
 
 
 def main(argv: Sequence[str] | None = None, *, services: Services | None = None) -> int:
@@ -99,11 +102,6 @@ def main(argv: Sequence[str] | None = None, *, services: Services | None = None)
             traceback.print_exception(error)
         failure.show()
         return failure.exit_code
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of the ``citeformer`` command and its sub-commands."""
-    return _parsers()[0]
 
 
 class _Parser(argparse.ArgumentParser):

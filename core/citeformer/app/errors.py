@@ -22,6 +22,21 @@ from typing import ClassVar, TextIO
 
 from citeformer import CiteformerError, InvalidInputError, ServerConnectionError
 
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "PROG",
+    "AppError",
+    "DocumentError",
+    "InputError",
+    "Interrupted",
+    "QuestionsFailed",
+    "UsageError",
+    "as_app_error",
+]
+
 PROG = "citeformer"
 EXIT_OK = 0
 EXIT_FAILURE = 1

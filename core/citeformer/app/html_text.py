@@ -17,6 +17,12 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
+__all__ = [
+    "HtmlText",
+    "LineMap",
+    "html_to_text",
+]
+
 _SKIPPED = frozenset({"script", "style", "template", "noscript", "svg", "head"})
 """Elements whose content is not shown as text (``<title>`` is read apart, as the title)."""
 

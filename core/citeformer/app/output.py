@@ -9,6 +9,15 @@ from citeformer import CitedAnswer, EvidenceSpan
 from citeformer.app.documents import Passage
 from citeformer.app.retrieval import Hit
 
+__all__ = [
+    "EVIDENCE_CHARS",
+    "EVIDENCE_INDENT",
+    "answer_json",
+    "evidence_line",
+    "format_references",
+    "shorten",
+]
+
 EVIDENCE_CHARS = 160
 """Longest supporting sentence shown in the reference list; a longer one ends in an ellipsis."""
 

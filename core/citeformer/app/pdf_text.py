@@ -19,6 +19,14 @@ from typing import Any
 
 from citeformer.app.errors import DocumentError
 
+__all__ = [
+    "INSTALL",
+    "PAGE_BREAK",
+    "PdfText",
+    "page_of",
+    "pdf_to_text",
+]
+
 PAGE_BREAK = "\n\n"
 """What stands between the text of two pages: a paragraph break, so no passage glues the last
 sentence of one page to the first of the next."""

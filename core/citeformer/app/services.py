@@ -17,6 +17,18 @@ from citeformer import AnswerGenerator, CiteformerError, ModelLoadError, ServerR
 from citeformer.app.errors import PROG, InputError
 from citeformer.app.retrieval import Embedder
 
+__all__ = [
+    "ConnectServer",
+    "LoadModel",
+    "ServedGenerator",
+    "Services",
+    "connect_server",
+    "embed_texts",
+    "load_model",
+    "looks_like_path",
+    "print_warning",
+]
+
 
 class ServedGenerator(AnswerGenerator, Protocol):
     """A generator behind a server, which knows the name of the model it answers with."""
@@ -87,8 +99,8 @@ def connect_server(
 
 
 def embed_texts(texts: Sequence[str]) -> list[list[float]]:
-    """Unit-length all-MiniLM-L6-v2 embeddings (``citeformer.embeddings.embed``)."""
-    from citeformer.embeddings import embed
+    """Unit-length all-MiniLM-L6-v2 embeddings (``citeformer.evidence.embeddings.embed``)."""
+    from citeformer.evidence.embeddings import embed
 
     return embed(texts)
 

@@ -16,7 +16,6 @@ The modules behind it::
     _assemble    completion bodies and events to a checked CitedAnswer; their errors
     _streams     ServerAnswerStream, AsyncServerAnswerStream
     _generator   ServerGenerator
-    _openai      a ServerGenerator for a framework's OpenAI-compatible model object
 """
 
 from citeformer.server._engines import ENGINES, Engine

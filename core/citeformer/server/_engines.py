@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from citeformer.decoding.payload import PAYLOAD_KEY, steering_payload
 from citeformer.errors import InvalidInputError
+from citeformer.grammar.rules import marker_grammar
 from citeformer.request import GenerationRequest
 
 Engine = Literal["llama.cpp", "vllm", "vllm-guided", "sglang"]
@@ -63,8 +65,12 @@ class ServerCall:
     """The JSON body, without ``model`` when the model is not known yet."""
 
     grammar: str | None
-    """The GBNF sent with the request (``None`` when unconstrained); the answer is re-parsed
-    against exactly this text."""
+    """The GBNF the answer is re-parsed against (``None`` when unconstrained): the one sent
+    with the request, or, ``steered``, the request's own, which the steering processor
+    enforced beside the markers' grammar that was sent."""
+
+    steered: bool = False
+    """Whether the request carries citeformer's steering payload for the engine's processor."""
 
     @property
     def grammar_field(self) -> str:
@@ -73,9 +79,20 @@ class ServerCall:
 
 
 def prepare_call(
-    request: GenerationRequest, engine: str, base_url: str, *, model: str | None, stream: bool
+    request: GenerationRequest,
+    engine: str,
+    base_url: str,
+    *,
+    model: str | None,
+    stream: bool,
+    steered: bool = False,
 ) -> ServerCall:
-    """The body ``engine`` reads for ``request``: messages or prompt, decoding, grammar."""
+    """The body ``engine`` reads for ``request``: messages or prompt, decoding, grammar.
+
+    ``steered`` (vLLM with citeformer's processor): the body carries the steering payload in
+    ``vllm_xargs`` and, as structured output, the markers' grammar alone; the processor
+    enforces the request's own grammar (``citeformer.vllm``).
+    """
     body: dict[str, Any] = {}
     if model is not None:
         body["model"] = model
@@ -104,10 +121,17 @@ def prepare_call(
         # Token counts in a last chunk (OpenAI's stream_options): vLLM and SGLang send it,
         # llama-cpp-python's server ignores the field.
         body["stream_options"] = {"include_usage": True}
-    grammar = request.grammar_text(spell_quotes=True) if request.constrained else None
-    if grammar is not None:
+    if not request.constrained:
+        return ServerCall(request, engine, base_url, path, body, None)
+    if steered:
+        markers = marker_grammar(request.n_sources, request.grammar.max_group)
+        body.update(_grammar_field(engine, markers))
+        body["vllm_xargs"] = {PAYLOAD_KEY: steering_payload(request)}
+        grammar = request.grammar_text(spell_quotes=False)
+    else:
+        grammar = request.grammar_text(spell_quotes=True)
         body.update(_grammar_field(engine, grammar))
-    return ServerCall(request, engine, base_url, path, body, grammar)
+    return ServerCall(request, engine, base_url, path, body, grammar, steered)
 
 
 def _grammar_field(engine: str, grammar: str) -> dict[str, Any]:

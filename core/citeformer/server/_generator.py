@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from citeformer.errors import InvalidInputError
+from citeformer.decoding.payload import HANDSHAKE, HANDSHAKE_REPLY, PAYLOAD_KEY
+from citeformer.errors import InvalidInputError, ServerResponseError
 from citeformer.request import DEFAULT_POLICY, GenerationRequest, SourceLike, build_request
 from citeformer.server._assemble import body_limit, completed
 from citeformer.server._engines import Engine, ServerCall, check_engine, prepare_call
@@ -24,6 +27,14 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from citeformer.request import GenerationOptions
+
+__all__ = ["STEERING_ENGINES", "ServerGenerator"]
+
+logger = logging.getLogger("citeformer.server")
+
+STEERING_ENGINES = ("vllm",)
+"""The engines that run citeformer's steering processor (``citeformer.vllm``)."""
+_HANDSHAKE_LIMIT_BYTES = 1 << 16
 
 
 class ServerGenerator:
@@ -93,6 +104,7 @@ class ServerGenerator:
         context_length: int | None = None,
         headers: dict[str, str] | None = None,
         transport: Any = None,
+        steering: bool | None = None,
     ) -> None:
         """Point at the server at ``base_url`` (with or without its ``/v1``).
 
@@ -118,6 +130,12 @@ class ServerGenerator:
             headers: More HTTP headers for every request.
             transport: An ``httpx`` transport, for tests (``citeformer.testing.FakeServer``,
                 ``httpx.MockTransport``).
+            steering: Run citeformer's steering (evidence-chosen ids and the readability
+                levers) inside the engine, through its processor (``citeformer.vllm``; vLLM
+                only). ``None`` (default): with ``engine="vllm"``, ask the server once whether
+                it runs the processor (``steers()``) and steer if it does, else send the
+                grammar alone and log a warning; no steering elsewhere. ``True``: require it
+                (a server without the processor is an error). ``False``: the grammar alone.
 
         Raises:
             InvalidInputError: A bad URL, engine or setting.
@@ -129,6 +147,17 @@ class ServerGenerator:
             max_retries=max_retries, retry_backoff=retry_backoff, transport=transport,
         )
         self.context_length = context_length
+        if steering is not None and not isinstance(steering, bool):
+            raise InvalidInputError(f"steering must be True, False or None, got {steering!r}")
+        if steering and self.engine not in STEERING_ENGINES:
+            raise InvalidInputError(
+                f"steering runs inside vLLM only (citeformer.vllm:SteeringProcessor); a "
+                f"{self.engine} server takes the grammar alone: drop steering=True"
+            )
+        self.steering = steering if self.engine in STEERING_ENGINES else False
+        """The steering setting: ``None`` (ask the server), ``True`` or ``False``."""
+        self._steers: bool | None = None if self.steering is not False else False
+        self._steers_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ServerGenerator({self.base_url!r}, {self.model!r}, engine={self.engine!r})"
@@ -172,6 +201,70 @@ class ServerGenerator:
         async with self._transport.aclient() as client:
             return await self._transport.aserved_model(client, self._start())
 
+    def steers(self) -> bool:
+        """Whether answers are steered inside the engine (asked of the server once, then kept).
+
+        vLLM runs citeformer's processor when it was started with ``--logits-processors
+        citeformer.vllm:SteeringProcessor``: the server then refuses a handshake request with
+        the processor's reply (HTTP 400, before anything is generated). A server without it
+        answers the handshake (one token), and answers are then the grammar's alone.
+
+        Raises:
+            InvalidInputError: ``steering=True`` and the server does not run the processor.
+        """
+        if self._steers is None:
+            with self._steers_lock:
+                if self._steers is None:
+                    self._steers = self._settle(self._handshake())
+        return self._steers
+
+    async def asteers(self) -> bool:
+        """Async ``steers``."""
+        if self._steers is None:
+            found = await self._ahandshake()
+            with self._steers_lock:
+                if self._steers is None:
+                    self._steers = self._settle(found)
+        return self._steers
+
+    def _handshake(self) -> bool:
+        deadline = self._start()
+        try:
+            response = self._transport.post("/chat/completions", _HANDSHAKE_BODY, deadline)
+            self._transport.read(response, deadline, _HANDSHAKE_LIMIT_BYTES)
+        except ServerResponseError as error:
+            return _handshake_answered(error)
+        return False
+
+    async def _ahandshake(self) -> bool:
+        deadline = self._start()
+        try:
+            async with self._transport.aclient() as client:
+                response = await self._transport.apost(
+                    client, "/chat/completions", _HANDSHAKE_BODY, deadline
+                )
+                await self._transport.aread(response, deadline, _HANDSHAKE_LIMIT_BYTES)
+        except ServerResponseError as error:
+            return _handshake_answered(error)
+        return False
+
+    def _settle(self, found: bool) -> bool:
+        if found:
+            return True
+        if self.steering:
+            raise InvalidInputError(
+                f"steering=True, but the vLLM server at {self.base_url} does not run "
+                "citeformer's steering processor: start it with --logits-processors "
+                "citeformer.vllm:SteeringProcessor (citeformer installed in its environment), "
+                "or pass steering=None to fall back to the grammar alone"
+            )
+        logger.warning(
+            "the vLLM server at %s does not run citeformer's steering processor: answers carry "
+            "the citation grammar alone, without evidence or readability steering (start it "
+            "with --logits-processors citeformer.vllm:SteeringProcessor)", self.base_url,
+        )
+        return False
+
     def close(self) -> None:
         """Close the pooled connections (also done on leaving a ``with`` block)."""
         self._transport.close()
@@ -189,10 +282,11 @@ class ServerGenerator:
         """The JSON body ``generate`` (or, with ``stream=True``, ``stream``) would send.
 
         Chat completions carry the request's messages; with ``prompt`` (text you rendered
-        yourself) the body is a text completion's instead.
+        yourself) the body is a text completion's instead. A steered body (``steers()``) carries
+        the steering payload and the markers' grammar.
         """
         request = build_request(question, sources, policy, **options)
-        return dict(self._call(request, stream=stream).body)
+        return dict(self._call(request, stream=stream, steered=self._steered(request)).body)
 
     def generate(
         self, question: str, sources: Sequence[SourceLike], policy: Policy | str = DEFAULT_POLICY,
@@ -244,14 +338,15 @@ class ServerGenerator:
 
     def answer(self, request: GenerationRequest) -> CitedAnswer:
         """The answer to a checked request (what ``generate`` runs)."""
-        call = self._call(request, stream=False)
+        call = self._call(request, stream=False, steered=self._steered(request))
         deadline = self._start()
         response = self._transport.post(call.path, call.body, deadline)
         return completed(call, self._transport.read(response, deadline, body_limit(call)))
 
     async def aanswer(self, request: GenerationRequest) -> CitedAnswer:
         """Async ``answer``."""
-        call = self._call(request, stream=False)
+        steered = request.constrained and await self.asteers()
+        call = self._call(request, stream=False, steered=steered)
         deadline = self._start()
         async with self._transport.aclient() as client:
             response = await self._transport.apost(client, call.path, call.body, deadline)
@@ -260,23 +355,42 @@ class ServerGenerator:
 
     def answer_stream(self, request: GenerationRequest) -> ServerAnswerStream:
         """A stream of the answer to a checked request (what ``stream`` returns)."""
-        return ServerAnswerStream(self._transport, self._call(request, stream=True), self.deadline)
+        call = self._call(request, stream=True, steered=self._steered(request))
+        return ServerAnswerStream(self._transport, call, self.deadline)
 
     def aanswer_stream(self, request: GenerationRequest) -> AsyncServerAnswerStream:
-        """Async ``answer_stream``."""
-        call = self._call(request, stream=True)
+        """Async ``answer_stream`` (the first steered call asks the server, as ``steers``)."""
+        call = self._call(request, stream=True, steered=self._steered(request))
         return AsyncServerAnswerStream(self._transport, call, self.deadline)
 
-    def _call(self, request: GenerationRequest, *, stream: bool) -> ServerCall:
-        if not request.evidence_by_default and request.evidence is not None:
+    def _steered(self, request: GenerationRequest) -> bool:
+        return request.constrained and self._steers is not False and self.steers()
+
+    def _call(self, request: GenerationRequest, *, stream: bool, steered: bool) -> ServerCall:
+        if not steered and request.evidence_or(None) is not None:
             raise InvalidInputError(
-                "evidence= reweights the model's logits, which a serving engine does not "
-                "expose; it works with CiteGenerator only: drop it for a ServerGenerator"
+                "evidence= reweights the model's logits, which only a steered engine reaches "
+                "(CiteGenerator, or vLLM with citeformer's steering processor): drop it for "
+                "this ServerGenerator"
             )
-        # Evidence left at the library's default is not asked for: there is nothing to reweight.
+        # Unsteered, evidence left at the library's default is not asked for: nothing to reweight.
         return prepare_call(
-            request, self.engine, self.base_url, model=self.model, stream=stream
+            request, self.engine, self.base_url, model=self.model, stream=stream, steered=steered
         )
 
     def _start(self) -> Deadline:
         return Deadline(self.deadline, self.base_url)
+
+
+_HANDSHAKE_BODY: dict[str, Any] = {
+    "messages": [{"role": "user", "content": "?"}],
+    "max_tokens": 1,
+    "vllm_xargs": {PAYLOAD_KEY: HANDSHAKE},
+}
+
+
+def _handshake_answered(error: ServerResponseError) -> bool:
+    """Whether an error to the handshake is the processor's reply; any other error is raised."""
+    if error.status_code == 400 and HANDSHAKE_REPLY in error.body:
+        return True
+    raise error

@@ -8,44 +8,31 @@ is kept, by its text, for the next answers.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import functools
 from typing import Any
 
 GRAMMAR_CACHE_SIZE = 32
 """Compiled grammars kept (least recently used dropped first); one is at most a few MB."""
 
-_cache: OrderedDict[str, Any] = OrderedDict()
-_cache_lock = threading.Lock()
-_compiler: Any = None
 
-
-def compiled_grammar(grammar: str) -> Any:
-    """The ``xgrammar.CompiledGrammar`` of a GBNF text, compiled once and cached."""
-    global _compiler
-    with _cache_lock:
-        compiled = _cache.get(grammar)
-        if compiled is not None:
-            _cache.move_to_end(grammar)
-            return compiled
+@functools.cache
+def _compiler() -> Any:
     # Heavy (xgrammar loads torch): imported when the first constrained answer is checked.
     import xgrammar as xgr
 
-    if _compiler is None:
-        # No vocabulary: the matcher reads characters, never tokens.
-        _compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
-    compiled = _compiler.compile_grammar(grammar)
-    with _cache_lock:
-        _cache[grammar] = compiled
-        while len(_cache) > GRAMMAR_CACHE_SIZE:
-            _cache.popitem(last=False)
-    return compiled
+    # No vocabulary: the matcher reads characters, never tokens.
+    return xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+
+
+@functools.lru_cache(maxsize=GRAMMAR_CACHE_SIZE)
+def compiled_grammar(grammar: str) -> Any:
+    """The ``xgrammar.CompiledGrammar`` of a GBNF text, compiled once and cached."""
+    return _compiler().compile_grammar(grammar)
 
 
 def cached_grammars() -> int:
     """How many compiled grammars the cache holds."""
-    with _cache_lock:
-        return len(_cache)
+    return compiled_grammar.cache_info().currsize
 
 
 class GrammarCheck:

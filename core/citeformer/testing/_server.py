@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from citeformer.decoding.payload import HANDSHAKE, HANDSHAKE_REPLY, PAYLOAD_KEY
+
 if TYPE_CHECKING:
     from citeformer.server import ServerGenerator
 
@@ -50,6 +52,11 @@ class FakeServer(httpx.MockTransport):
     ``httpx`` transport error (``httpx.ConnectError``...); ``server.answer(request)`` is the
     scripted answer, for a ``respond`` that fails only some requests. ``sse``, ``chat_chunks``
     and ``byte_chunks`` (this module) write bodies of your own.
+
+    ``steering=True``: a vLLM running citeformer's steering processor, which refuses the
+    handshake of ``ServerGenerator.steers()`` with the processor's reply (HTTP 400); without it,
+    the handshake is answered like any request, as a vLLM without the processor does.
+    Handshakes are counted in ``handshakes``, not listed in ``bodies``.
     """
 
     def __init__(
@@ -57,16 +64,26 @@ class FakeServer(httpx.MockTransport):
         pieces: Sequence[str] = DEFAULT_PIECES,
         finish: str = "stop",
         respond: Callable[[httpx.Request], httpx.Response] | None = None,
+        steering: bool = False,
     ) -> None:
         super().__init__(self.handle)
         self.pieces = list(pieces)
         self.finish = finish
         self.respond = respond
+        self.steering = steering
         self.requests: list[httpx.Request] = []
 
     @property
     def bodies(self) -> list[dict[str, Any]]:
-        """The JSON bodies of the POST requests received, in order."""
+        """The JSON bodies of the POST requests received, in order, handshakes left out."""
+        return [body for body in self._posted() if not _is_handshake(body)]
+
+    @property
+    def handshakes(self) -> int:
+        """How many steering handshakes (``ServerGenerator.steers``) were received."""
+        return sum(_is_handshake(body) for body in self._posted())
+
+    def _posted(self) -> list[dict[str, Any]]:
         return [json.loads(r.content) for r in self.requests if r.method == "POST"]
 
     def transport(self) -> FakeServer:
@@ -94,6 +111,9 @@ class FakeServer(httpx.MockTransport):
             return httpx.Response(200, json={"object": "list", "data": [
                 {"id": MODEL, "object": "model", "owned_by": "me"}]})
         body = json.loads(request.content)
+        if self.steering and _is_handshake(body):
+            return httpx.Response(400, json={"error": {
+                "message": HANDSHAKE_REPLY, "type": "BadRequestError", "code": 400}})
         text = "".join(self.pieces)
         usage = {"prompt_tokens": 100, "completion_tokens": len(self.pieces) + 1,
                  "total_tokens": 101 + len(self.pieces)}
@@ -114,6 +134,10 @@ class FakeServer(httpx.MockTransport):
         else:
             choice["text"] = text
         return httpx.Response(200, json={"id": "x", "choices": [choice], "usage": usage})
+
+
+def _is_handshake(body: dict[str, Any]) -> bool:
+    return (body.get("vllm_xargs") or {}).get(PAYLOAD_KEY) == HANDSHAKE
 
 
 def sse(events: Sequence[dict[str, Any] | str], *, done: bool = True) -> bytes:

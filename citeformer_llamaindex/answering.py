@@ -1,0 +1,113 @@
+"""``Answering``: the generator of a synthesizer, and how each request reaches it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from typing import Any
+
+from llama_index.core.schema import NodeWithScore
+
+from citeformer.errors import InvalidInputError, PromptTooLongError
+from citeformer.integration import or_default
+from citeformer.request import (
+    AnswerChunks,
+    AnswerGenerator,
+    AsyncAnswerGenerator,
+    GenerationRequest,
+)
+from citeformer.types import CitedAnswer
+from citeformer_llamaindex.nodes import too_long
+from citeformer_llamaindex.streams import OnEnd, async_chunks, native_async_chunks
+
+__all__ = ["Answering"]
+
+
+class Answering:
+    """Runs one generator for a synthesizer.
+
+    With no generator given, the embedded default model is loaded on first use. An async
+    generator (``ServerGenerator``) is awaited; a model in this process generates in a worker
+    thread, off the event loop. A prompt too long for the model raises ``PromptTooLongError``
+    naming the largest of the request's nodes.
+    """
+
+    def __init__(self, generator: AnswerGenerator | None) -> None:
+        self._generator = generator
+
+    @property
+    def generator(self) -> AnswerGenerator:
+        """The generator; the embedded default model is loaded here, on first use, when none
+        was given."""
+        if self._generator is None:
+            self._generator = or_default(None)
+        return self._generator
+
+    def answer(
+        self, request: GenerationRequest, nodes: Sequence[NodeWithScore] = ()
+    ) -> CitedAnswer:
+        """The answer to ``request``, whose sources are ``nodes``."""
+        with _explained(request, nodes):
+            return self.generator.answer(request)
+
+    def stream(
+        self, request: GenerationRequest, nodes: Sequence[NodeWithScore] = ()
+    ) -> AnswerChunks:
+        """The answer to ``request`` as a stream of text chunks."""
+        with _explained(request, nodes):
+            return self.generator.answer_stream(request)
+
+    async def aanswer(
+        self, request: GenerationRequest, nodes: Sequence[NodeWithScore] = ()
+    ) -> CitedAnswer:
+        """Async ``answer``."""
+        generator = self._generator
+        if not isinstance(generator, AsyncAnswerGenerator):
+            # In-process generation (and loading the default model) blocks for seconds: off the
+            # event loop.
+            return await asyncio.to_thread(self.answer, request, nodes)
+        with _explained(request, nodes):
+            return await generator.aanswer(request)
+
+    async def astream(
+        self,
+        request: GenerationRequest,
+        nodes: Sequence[NodeWithScore] = (),
+        *,
+        on_end: OnEnd,
+    ) -> AsyncGenerator[str, None]:
+        """Async ``stream``: the chunks to ``async for``, then ``on_end(answer)``."""
+        generator = self._generator
+        if not isinstance(generator, AsyncAnswerGenerator):
+            # Preparing an in-process stream tokenizes the prompt and may compile a grammar:
+            # off the loop too.
+            stream = await asyncio.to_thread(self.stream, request, nodes)
+            return async_chunks(stream, on_end=on_end)
+        with _explained(request, nodes):
+            return native_async_chunks(generator.aanswer_stream(request), on_end=on_end)
+
+    def token_counter(self) -> Callable[[str], list[Any]]:
+        """Counts a text's tokens with the generator's tokenizer, for ``citation_chunk_size``."""
+        if self._generator is not None and getattr(self._generator, "tokenizer", None) is None:
+            raise InvalidInputError(
+                f"citation_chunk_size counts tokens with the generator's tokenizer, and a "
+                f"{type(self._generator).__name__} has none here; pass "
+                "text_splitter=SentenceSplitter(chunk_size=..., tokenizer=...) with a tokenizer "
+                "of the served model instead"
+            )
+
+        def count(text: str) -> list[Any]:
+            # The generator is read here, at the first split, so the default model loads then.
+            tokenizer = self.generator.tokenizer  # type: ignore[attr-defined]
+            return list(tokenizer.encode(text, add_special_tokens=False))
+
+        return count
+
+
+@contextlib.contextmanager
+def _explained(request: GenerationRequest, nodes: Sequence[NodeWithScore]) -> Iterator[None]:
+    try:
+        yield
+    except PromptTooLongError as error:
+        raise too_long(error, request.sources, nodes) from error

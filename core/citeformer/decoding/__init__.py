@@ -1,0 +1,42 @@
+"""Decoding: the model's tokens steered, step by step, inside the citation grammar.
+
+The modules::
+
+    engine        DecodingEngine: tokenizer, compiled grammars; prepare, run, finish; and
+                  TransformersEngine, a HuggingFace causal LM's
+    batching      which requests decode together (Prepared rows, decoding keys, bad rows)
+    steering      the steering core: grammar masks, quote guard and levers over a batch of logits
+    levers        the readability and evidence levers, over one answer's state
+    quote_guard   the verbatim quote guard, a byte-level automaton over the answer
+    vocab         one table of token classes per vocabulary
+    hf            the steering core as a transformers logits processor
+
+The steering core knows no engine: ``hf`` plugs it into transformers' ``generate``,
+``citeformer.vllm`` into vLLM and ``citeformer.llama_cpp`` into llama-cpp-python. Names load
+on first use, so that an engine's processor importing the steering core loads no transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "AnswerState": "citeformer.decoding.levers",
+    "DecodingEngine": "citeformer.decoding.engine",
+    "Lever": "citeformer.decoding.levers",
+    "RowSteering": "citeformer.decoding.steering",
+    "Steering": "citeformer.decoding.steering",
+    "TransformersEngine": "citeformer.decoding.engine",
+    "Vocabulary": "citeformer.decoding.vocab",
+    "levers_for": "citeformer.decoding.levers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'citeformer.decoding' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

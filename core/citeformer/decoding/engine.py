@@ -1,0 +1,285 @@
+"""The decoding engine: a model and everything constrained decoding needs beside it.
+
+``DecodingEngine`` owns the tokenizer, xgrammar's ``TokenizerInfo`` and compiler with its cache
+of compiled grammars, the vocabulary's token table and the stop and pad ids;
+``TransformersEngine`` adds a HuggingFace causal LM. A request goes through an engine in three
+calls, each handing the next what it needs and none calling back up:
+
+- ``prepare(request)``: the prompt rendered and tokenized, checked against the context, and the
+  request's own grammar text compiled (``Prepared``);
+- ``run(rows)``: one left-padded ``model.generate`` call, every row steered by its own grammar,
+  quote guard and levers (``Decoded``);
+- ``finish(row, ids)``: the generated ids as a re-checked ``CitedAnswer``.
+
+Greedy rows decode to the same tokens alone as in a batch up to floating point: a padded batch
+runs the same arithmetic in other shapes, which can move a logit in its last bits and, where two
+tokens are almost tied, flip the argmax. Sampled rows draw from one random stream per batch, so a
+seeded row's sample depends on the batch it was drawn in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import xgrammar as xgr
+from transformers import LogitsProcessorList, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+
+from citeformer.answers import cited_answer
+from citeformer.decoding.batching import Prepared, decoding_key
+from citeformer.decoding.hf import CancelCriteria, SteeringLogitsProcessor
+from citeformer.decoding.steering import RowSteering, steering_for
+from citeformer.decoding.vocab import Vocabulary
+from citeformer.errors import InvalidInputError, PromptTooLongError, TokenizerMismatchError
+from citeformer.prompt import render_prompt
+from citeformer.request import GenerationRequest
+from citeformer.types import CitedAnswer, FinishReason
+
+__all__ = [
+    "GRAMMAR_CACHE_SIZE",
+    "Decoded",
+    "DecodingEngine",
+    "TransformersEngine",
+    "stop_token_ids",
+]
+
+GRAMMAR_CACHE_SIZE = 64
+"""Compiled grammars kept per engine (least recently used dropped first); one is about 1 MB."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """What one batch produced."""
+
+    ids: list[list[int]]
+    """Generated token ids per row, in the rows' order, up to and including a stop token."""
+
+    step_seconds: list[float]
+    """Wall time of the steering at each step, all rows together (empty unconstrained)."""
+
+
+class DecodingEngine:
+    """What constrained decoding needs beside a model's forward pass, built once per vocabulary.
+
+    The tokenizer, xgrammar's ``TokenizerInfo`` and compiler with its cache, the vocabulary's
+    token table and the stop ids; ``prepare`` and ``finish`` a request's row, and ``steering``
+    for it. An engine of a given runtime adds ``run``: ``TransformersEngine`` (``generate``),
+    ``citeformer.llama_cpp.LlamaCppEngine`` (llama-cpp-python in process).
+
+    ``vocab_size`` is the width of the model's logits, never ``tokenizer.vocab_size``: a
+    narrower mask would shift every token id after the gap.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        vocab_size: int,
+        stop_token_ids: Sequence[int],
+        context_length: int | None,
+        grammar_cache_size: int = GRAMMAR_CACHE_SIZE,
+    ) -> None:
+        if len(tokenizer) > vocab_size:
+            raise TokenizerMismatchError(
+                f"the tokenizer has {len(tokenizer)} tokens but the model has logits for only "
+                f"{vocab_size}; the grammar mask cannot be aligned. Use the tokenizer that was "
+                "trained with this model."
+            )
+        self.tokenizer = tokenizer
+        self.stop_token_ids = list(stop_token_ids)
+        """Token ids that end an answer (the model's end-of-sequence ids)."""
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else self.stop_token_ids[0])
+        """The padding token id (the first end-of-sequence id when the tokenizer has none)."""
+        self.context_length = context_length
+        """Most tokens (prompt plus answer) the model accepts, when known."""
+        self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=self.stop_token_ids
+        )
+        """Xgrammar's view of the tokenizer, aligned with the model's logits."""
+        self._compiler = xgr.GrammarCompiler(self.tokenizer_info)
+        self.compile = functools.lru_cache(maxsize=grammar_cache_size)(
+            self._compiler.compile_grammar
+        )
+        """The compiled grammar of a GBNF text, compiled once and cached."""
+        self._vocab: Vocabulary | None = None
+        self._vocab_lock = threading.Lock()
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The vocabulary's token table (built on first use)."""
+        with self._vocab_lock:
+            if self._vocab is None:
+                self._vocab = Vocabulary.cached(self.tokenizer_info)
+            return self._vocab
+
+    def prepare(self, request: GenerationRequest) -> Prepared:
+        """Render and tokenize the prompt, check that it fits, and compile the grammar."""
+        prompt = request.prompt
+        if prompt is None:
+            prompt = render_prompt(request.messages(), self.tokenizer)
+        prompt_ids = list(self.tokenizer(prompt, add_special_tokens=False).input_ids)
+        self._check_fits(request, len(prompt_ids))
+        compiled = (
+            self.compile(request.grammar_text(spell_quotes=False)) if request.constrained else None
+        )
+        return Prepared(request, prompt_ids, compiled)
+
+    def run(
+        self,
+        rows: Sequence[Prepared],
+        *,
+        streamer: BaseStreamer | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Decoded:
+        """Generate every row (rows sharing their ``decoding_key``).
+
+        ``streamer`` receives the prompt, then each step's tokens (transformers' streamer
+        protocol); ``cancel``, once set, ends the generation at the next step.
+        """
+        raise NotImplementedError
+
+    def finish(self, row: Prepared, ids: Sequence[int]) -> CitedAnswer:
+        """The re-checked ``CitedAnswer`` of one row's generated ids."""
+        stopped = bool(ids) and ids[-1] in self.stop_token_ids
+        finish: FinishReason = "stop" if stopped else "length"
+        return cited_answer(
+            row.request, self.detokenize(ids), finish,
+            prompt_tokens=len(row.prompt_ids), generated_tokens=len(ids),
+        )
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Answer text of generated token ids: special tokens dropped, spacing as generated."""
+        ids = [t for t in token_ids if t not in self.stop_token_ids]
+        return self.tokenizer.decode(  # type: ignore[no-any-return]
+            ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        )
+
+    def steering(self, row: Prepared) -> RowSteering:
+        """The steering of one constrained row: its grammar, quote guard and levers."""
+        if row.compiled is None:
+            raise InvalidInputError("an unconstrained row has no grammar to steer by")
+        return steering_for(
+            row.request, self.vocab, self.stop_token_ids,
+            matcher=xgr.GrammarMatcher(row.compiled),
+        )
+
+    def _check_fits(self, request: GenerationRequest, prompt_tokens: int) -> None:
+        """Raise ``PromptTooLongError`` if the prompt and the token budget exceed the context."""
+        limit = self.context_length
+        if limit is None or prompt_tokens + request.max_new_tokens <= limit:
+            return
+        question_tokens = len(self.tokenizer(request.question, add_special_tokens=False).input_ids)
+        if question_tokens + request.max_new_tokens > limit // 2:
+            advice = "shorten the question, or lower max_new_tokens"
+        else:
+            advice = "pass fewer or shorter sources, or a smaller max_new_tokens"
+        raise PromptTooLongError(
+            f"the prompt is {prompt_tokens} tokens (the question {question_tokens}) and "
+            f"max_new_tokens is {request.max_new_tokens}, but the model's context holds "
+            f"{limit}; {advice}"
+        )
+
+
+class TransformersEngine(DecodingEngine):
+    """A HuggingFace causal LM: every batch one left-padded ``model.generate`` call."""
+
+    def __init__(
+        self, model: Any, tokenizer: Any, *, grammar_cache_size: int = GRAMMAR_CACHE_SIZE
+    ) -> None:
+        positions = getattr(model.config, "max_position_embeddings", None)
+        super().__init__(
+            tokenizer,
+            vocab_size=int(model.config.vocab_size),
+            stop_token_ids=stop_token_ids(model, tokenizer),
+            context_length=int(positions) if positions else None,
+            grammar_cache_size=grammar_cache_size,
+        )
+        self.model = model
+
+    def run(
+        self,
+        rows: Sequence[Prepared],
+        *,
+        streamer: BaseStreamer | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Decoded:
+        """Generate every row of one batch in a single left-padded ``model.generate`` call."""
+        keys = {decoding_key(row.request) for row in rows}
+        if len(keys) != 1:
+            raise InvalidInputError(
+                f"one batch needs one set of decoding settings, got {sorted(keys, key=str)}; "
+                "group the rows with plan_batches"
+            )
+        request = rows[0].request
+        stop = self.stop_token_ids
+        width = max(len(row.prompt_ids) for row in rows)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            input_ids[i, width - len(row.prompt_ids):] = torch.tensor(row.prompt_ids)
+            attention[i, width - len(row.prompt_ids):] = 1
+        processor = None
+        if request.constrained:
+            processor = SteeringLogitsProcessor(
+                [self.steering(row) for row in rows],
+                vocab_size=self.tokenizer_info.vocab_size, stop_token_ids=stop,
+            )
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": request.temperature, "top_k": 0, "top_p": 1.0}
+            if request.do_sample
+            else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
+        )
+        seeded = request.seed is not None
+        rng = torch.random.fork_rng(devices=[]) if seeded else contextlib.nullcontext()
+        device = self.model.device
+        stopping = StoppingCriteriaList([CancelCriteria(cancel)] if cancel is not None else [])
+        with rng, torch.inference_mode():
+            if request.seed is not None:
+                torch.manual_seed(request.seed)
+            output = self.model.generate(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                max_new_tokens=request.max_new_tokens,
+                logits_processor=LogitsProcessorList([processor] if processor is not None else []),
+                stopping_criteria=stopping,
+                eos_token_id=stop,
+                pad_token_id=self.pad_token_id,
+                streamer=streamer,
+                **sampling,
+            )
+        generated = output[:, width:].tolist()
+        return Decoded(
+            [_until_stop(ids, stop) for ids in generated],
+            processor.seconds if processor is not None else [],
+        )
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end an answer: the generation config's, then the tokenizer's end of sequence."""
+    ids: list[int] = []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (configured, tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.append(value)
+        elif isinstance(value, (list, tuple)):
+            ids.extend(int(v) for v in value)
+    if not ids:
+        raise TokenizerMismatchError(
+            "neither the tokenizer nor the model's generation config names an end-of-sequence "
+            "token, so the model could never end an answer; set tokenizer.eos_token"
+        )
+    return list(dict.fromkeys(ids))
+
+
+def _until_stop(ids: list[int], stop: Sequence[int]) -> list[int]:
+    # After its stop token a finished row holds only padding.
+    for position, token in enumerate(ids):
+        if token in stop:
+            return ids[: position + 1]
+    return ids

@@ -1,0 +1,517 @@
+"""The levers: each one reads the answer so far and moves or removes probability in its logits.
+
+Every lever acts on one answer's row of logits (shape ``[1, vocab]``, in place), after the
+grammar's and the quotes' masks, and reads the answer from the ``AnswerState`` its row keeps: the
+tokens and text written so far, appended once per step and shared by every lever of the row.
+A lever only removes tokens (keeping at least one) or adds finite values, so a token a mask
+removed stays removed: the 1..N guarantee and verbatim quotes are untouched whatever the levers
+do. The settings behind the readability levers are ``citeformer.readability.Readability``;
+``EvidenceBias`` is the evidence scorer's (``citeformer.evidence``).
+
+``levers_for`` lists the levers of one request, in the order they act.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+import torch
+
+from citeformer.decoding.vocab import WORD, Vocabulary
+from citeformer.evidence.scoring import Evidence, LexicalEvidence, Support, claim_of
+from citeformer.grammar.markers import CLOSED_GROUP, MARKER_LIKE, OPEN_GROUP
+from citeformer.readability import Readability
+from citeformer.request import GenerationRequest
+from citeformer.types import Policy
+
+__all__ = [
+    "AnswerState",
+    "CiteAfterWord",
+    "EndBias",
+    "EndIntent",
+    "EvidenceBias",
+    "Lever",
+    "NumberCopy",
+    "PeriodAfterMarker",
+    "RepeatBlock",
+    "WordRepeatBlock",
+    "WrapUp",
+    "levers_for",
+]
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+# Where the grammar starts a new sentence: after a cite-group and its terminator.
+_SENTENCE_END = re.compile(r"\][.!?]")
+# The end of a word a sentence can be cited after: a letter, digit or closing quote or bracket.
+_ENDS_A_WORD = re.compile(r"[\w\"'`)\u2019\u201d]$")
+
+
+class AnswerState:
+    """One answer being written: its token ids and bytes so far, and its text.
+
+    Appended once per generated token; the text is decoded once per step, on first read.
+    """
+
+    __slots__ = ("_text", "data", "token_bytes", "tokens")
+
+    def __init__(self, token_bytes: Sequence[bytes]) -> None:
+        self.token_bytes = token_bytes
+        self.tokens: list[int] = []
+        """The answer's token ids."""
+        self.data = bytearray()
+        """The answer's raw bytes."""
+        self._text: str | None = ""
+
+    def append(self, token_id: int) -> None:
+        """Add one generated token."""
+        self.tokens.append(token_id)
+        self.data += self.token_bytes[token_id]
+        self._text = None
+
+    @property
+    def text(self) -> str:
+        """The answer's text (a character cut between tokens shows as U+FFFD until complete)."""
+        if self._text is None:
+            self._text = self.data.decode("utf-8", errors="replace")
+        return self._text
+
+
+class Lever:
+    """One steering effect on one answer's logits."""
+
+    needs_raw = False
+    """Whether ``apply`` reads ``raw``, the model's own scores before any mask."""
+
+    def apply(self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None) -> None:
+        """Change ``logits`` (``[1, vocab]``) in place for the answer ``state`` holds."""
+        raise NotImplementedError
+
+
+def _remove(logits: torch.Tensor, ids: torch.Tensor) -> None:
+    """Remove ``ids`` (-inf), unless that would leave no token at all."""
+    ids = ids.to(logits.device)
+    kept = logits[0, ids].clone()
+    logits[0, ids] = float("-inf")
+    if not torch.isfinite(logits).any():
+        logits[0, ids] = kept
+
+
+class EndIntent(Lever):
+    """Where the model wants to end a sentence the grammar does not let end, it opens a marker.
+
+    ``raw`` holds the model's scores before the masks. When every sentence-ending token is
+    masked, a marker opener is allowed, and the model put probability ``p_end`` on ending, the
+    openers' logits are raised so that after the masks they carry their own probability plus
+    ``p_end``. Under ``AUTO`` (ending allowed), ``support`` decides how much of ``p_end`` moves
+    to the openers. ``required``: a sentence ends only right after its cite-group, so a ``.``
+    the grammar allows elsewhere continues a dotted term (``3`` to ``3.8``) and ending counts as
+    masked there: the openers gain ``p_end`` beside the ``.``'s own share, and the model's doubt
+    between ``Python 3 [1].`` and ``Python 3.8`` stays a doubt.
+    """
+
+    needs_raw = True
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        *,
+        support: Support | None = None,
+        threshold: float | None = None,
+        required: bool = False,
+    ) -> None:
+        self._vocab = vocab
+        self._support = support
+        self._threshold = threshold
+        self._required = required
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        if raw is None:
+            return
+        enders = self._vocab.enders.to(logits.device)
+        openers = self._vocab.openers.to(logits.device)
+        allowed_openers = openers[torch.isfinite(logits[0, openers])]
+        if not len(allowed_openers):
+            return
+        probs = torch.softmax(raw[0].float(), dim=-1)
+        p_end = float(probs[enders].sum())
+        p_open = float(probs[allowed_openers].sum())
+        if p_end <= 0 or p_open <= 0:
+            return
+        if self._required:
+            ending_allowed = state.data.endswith(b"]")
+        else:
+            ending_allowed = bool(torch.isfinite(logits[0, enders]).any())
+        moved = self._auto_share(state, p_end) if ending_allowed else p_end
+        if moved > 0:
+            logits[0, allowed_openers] += math.log((p_open + moved) / p_open)
+
+    def _auto_share(self, state: AnswerState, p_end: float) -> float:
+        if self._support is None or self._threshold is None:
+            return 0.0
+        text = state.text
+        if text.rstrip().endswith("]"):
+            return 0.0  # already cited
+        claim = claim_of(text)
+        if len(claim.split()) < 3:
+            return 0.0
+        best = max(self._support.scores(claim))
+        if best <= self._threshold:
+            return 0.0
+        return p_end * min(1.0, (best - self._threshold) / (1 - self._threshold) * 2)
+
+
+class CiteAfterWord(Lever):
+    """Keeps a marker from opening right after ``,`` ``;`` ``:`` or ``(``.
+
+    Only while another token remains, so the sentence is cited where a word ends.
+    """
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self._vocab = vocab
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        ids = [self._vocab.glued_openers]
+        if re.search(rb"[,;:(] ?$", state.data):
+            ids.append(self._vocab.openers)
+        _remove(logits, torch.cat(ids))
+
+
+class PeriodAfterMarker(Lever):
+    """After a cite-group, a sentence ends with ``.``: ``!`` and ``?`` are removed there.
+
+    A small model used them as an escape to go on writing (``... [2]! This is not a typo, but
+    ...``); a cited answer states, it does not exclaim or ask. Only while another token remains.
+    """
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self._loud = vocab.loud_enders
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        if state.data.endswith(b"]"):
+            _remove(logits, self._loud)
+
+
+class RepeatBlock(Lever):
+    """Removes tokens that would repeat a token n-gram of the answer; keeps at least one token."""
+
+    def __init__(self, n: int, exempt: frozenset[int]) -> None:
+        self._n = n
+        self._exempt = exempt
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        answer, n = state.tokens, self._n
+        if len(answer) < n - 1:
+            return
+        tail = answer[len(answer) - (n - 1):]
+        blocked = {
+            answer[i + n - 1]
+            for i in range(len(answer) - n + 1)
+            if answer[i:i + n - 1] == tail and answer[i + n - 1] not in self._exempt
+        }
+        if blocked:
+            _remove(logits, torch.tensor(sorted(blocked), dtype=torch.long))
+
+
+class WordRepeatBlock(Lever):
+    """Removes tokens that would make the answer say a word n-gram it has already said.
+
+    Words are counted as a reader counts them (markers left out, case folded), so
+    ``... the default encoding for strings [1]. It is the default encoding for ...`` is caught
+    where a token n-gram block, fooled by a different split or a marker in between, is not. A
+    token is removed when the word it begins, continues or closes would complete an n-gram that
+    the answer already holds; the sources are never counted, ending the answer (``stop_ids``) is
+    never blocked, and at least one token is kept.
+    """
+
+    def __init__(self, n: int, vocab: Vocabulary, stop_ids: Sequence[int] = ()) -> None:
+        self._n = n
+        self._parts = vocab.word_parts
+        self._closers = vocab.word_closers - set(stop_ids)  # ending is always allowed
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        text = MARKER_LIKE.sub(" ", state.text)
+        words = [w.lower() for w in WORD.findall(text)]
+        blocked: set[int] = set()
+        if text and WORD.fullmatch(text[-1]):
+            # The answer ends inside a word: the next token continues it, or closes it and
+            # perhaps begins the next one.
+            *before, partial = words
+            for word in self._said(before):
+                if word == partial:
+                    blocked |= self._closers
+                elif word.startswith(partial):
+                    blocked |= self._writing(word[len(partial):], glued=True)
+            for word in self._said(words):
+                blocked |= self._writing(word, glued=False)
+        else:
+            for word in self._said(words):
+                blocked |= self._writing(word, glued=None)
+        if blocked:
+            _remove(logits, torch.tensor(sorted(blocked), dtype=torch.long))
+
+    def _said(self, words: list[str]) -> set[str]:
+        """The words that followed the answer's last ``n - 1`` words where it wrote them before."""
+        n = self._n
+        context = words[len(words) - (n - 1):]
+        if len(context) < n - 1:
+            return set()
+        return {
+            words[i + n - 1] for i in range(len(words) - n + 1) if words[i:i + n - 1] == context
+        }
+
+    def _writing(self, word: str, *, glued: bool | None) -> set[int]:
+        """Tokens that write ``word`` or may go on to it.
+
+        A token's word part is the whole of it, or a start of it that the token leaves open.
+        ``glued``: only tokens whose word part starts the token (``True``), only those after a
+        space or punctuation (``False``), any (``None``).
+        """
+        found = set()
+        for end in range(1, len(word) + 1):
+            for token_id, starts, closes in self._parts.get(word[:end], ()):
+                if glued is not None and starts != glued:
+                    continue
+                if end == len(word) or not closes:
+                    found.add(token_id)
+        return found
+
+
+class NumberCopy(Lever):
+    """Penalises digit tokens that write a number no source holds (outside markers)."""
+
+    def __init__(self, vocab: Vocabulary, texts: Sequence[str], penalty: float) -> None:
+        self._vocab = vocab
+        self._penalty = penalty
+        numbers = {m.group(0) for text in texts for m in _NUMBER.finditer(text)}
+        self._prefixes = {n[:i] for n in numbers for i in range(1, len(n) + 1)}
+        self._numbers = numbers
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        text = state.text
+        if text.rfind("[") > text.rfind("]"):
+            return  # inside a marker: the grammar chooses its digits
+        run = _trailing_number(text)
+        bad = []
+        for token_id, token in zip(
+            self._vocab.digit_ids.tolist(), self._vocab.digit_texts, strict=True
+        ):
+            stripped = token.lstrip(" ")
+            spaced = len(stripped) < len(token)
+            lead = _NUMBER.match(stripped)
+            digits = lead.group(0) if lead else ""
+            number = digits if spaced or not run else run + digits
+            whole = len(digits) < len(stripped)
+            if (number in self._numbers) if whole else (number in self._prefixes):
+                continue
+            bad.append(token_id)
+        if bad:
+            ids = torch.tensor(bad, dtype=torch.long, device=logits.device)
+            logits[0, ids] -= self._penalty
+
+
+class WrapUp(Lever):
+    """Near the grammar's sentence bound, makes citing where a word ends the likely choice.
+
+    A sentence that reaches ``bound`` words must take a marker whatever it last wrote, often a
+    comma (``..., which means that the interpreter, [4].``). Once the sentence holds
+    ``bound - words`` words, while the answer ends in a word, the marker openers gain ``bias``
+    logits, and ``bias`` more with each further word, so the sentence is cited at a word end
+    before the bound forces it mid-phrase.
+    """
+
+    def __init__(self, vocab: Vocabulary, bound: int, words: int, bias: float) -> None:
+        self._openers = vocab.openers
+        self._start = max(1, bound - words)
+        self._bias = bias
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        sentence = _SENTENCE_END.split(state.text)[-1].lstrip(" ")
+        if "[" in sentence or not _ENDS_A_WORD.search(sentence):
+            return
+        past = sentence.count(" ") + 2 - self._start
+        if past > 0:
+            logits[0, self._openers.to(logits.device)] += self._bias * past
+
+
+class EndBias(Lever):
+    """Raises the end-of-answer tokens right after a cited sentence, more with each one.
+
+    ``every_sentence`` (``AUTO``, where a sentence need not be cited): after any sentence, by
+    the number of sentences written, so an answer that cites little still stops when done.
+    """
+
+    def __init__(
+        self, stop_ids: Sequence[int], bias: float, *, every_sentence: bool = False
+    ) -> None:
+        self._stop = torch.tensor(list(stop_ids), dtype=torch.long)
+        self._bias = bias
+        end = r"[.!?]" if every_sentence else r"\]\s*[.!?]"
+        self._ends_here = re.compile(end + "$")
+        self._ended = re.compile(end + r"(?:\s|$)")
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        text = state.text.rstrip()
+        if self._ends_here.search(text):
+            ended = len(self._ended.findall(text))
+            logits[0, self._stop.to(logits.device)] += self._bias * ended
+
+
+class EvidenceBias(Lever):
+    """Adds ``weight * score`` to the logits of id tokens at an open marker.
+
+    The score of an id is how well its source supports the claim being cited (``support``);
+    right after ``[k]``, opening another marker is worth no more than the best source still
+    allowed after k, so a weaker source is not stacked after a strong one. Last of the levers:
+    it only adds finite values.
+    """
+
+    def __init__(self, support: Support, weight: float, n_sources: int, vocab: Vocabulary) -> None:
+        self._support = support
+        self._weight = weight
+        self._n = n_sources
+        self._vocab = vocab
+        self._claim: str | None = None
+        self._best_by_prefix: dict[str, float] = {}
+
+    def apply(  # noqa: D102
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
+    ) -> None:
+        data = state.data
+        opened = data.rfind(b"[")
+        if opened < 0:
+            return
+        closes = data.count(b"]", opened)
+        if closes == 0:
+            text = state.text
+            match = OPEN_GROUP.search(text)
+            if match is not None:
+                self._score(claim_of(text[: match.start()]))
+                bias = self._bias(match.group(1))
+                if bias is not None:
+                    ids = self._vocab.id_token_ids.to(logits.device)
+                    logits[:, ids] += bias.to(logits.device, logits.dtype)
+        elif closes == 1 and data.endswith(b"]"):
+            text = state.text
+            match = CLOSED_GROUP.search(text)
+            if match is not None:
+                self._score(claim_of(text[: match.start()]))
+                best = self._best_by_prefix
+                penalty = best["=" + match.group(1)] - best.get(">" + match.group(1), 0.0)
+                if penalty > 0:
+                    logits[:, self._vocab.openers.to(logits.device)] -= self._weight * penalty
+
+    def _score(self, claim: str) -> None:
+        if claim == self._claim:
+            return
+        self._claim = claim
+        self._best_by_prefix = self._prefix_scores(self._support.scores(claim))
+
+    def _bias(self, prefix: str) -> torch.Tensor | None:
+        best = self._best_by_prefix
+        values = []
+        vocab = self._vocab
+        for digits, closed, opens in zip(
+            vocab.id_digits, vocab.id_closed, vocab.id_opens, strict=True
+        ):
+            spelled = prefix + digits
+            if closed:
+                # The token ends the id: only that exact id, if it is one.
+                score = best.get("=" + spelled) if spelled else None
+                if opens and score is not None:
+                    # ``][`` also commits to citing a second, higher id: worth no more than the
+                    # best of those, so a weaker source is not stacked after a strong one.
+                    score = min(score, best.get(">" + spelled, 0.0))
+            else:
+                score = best.get(spelled)
+            values.append(score if score is not None else 0.0)
+        if not any(values):
+            return None
+        return torch.tensor(values) * self._weight
+
+    def _prefix_scores(self, scores: Sequence[float]) -> dict[str, float]:
+        # "12" -> best score of the ids spelled 12...; "=12" -> the score of id 12 itself;
+        # ">12" -> the best score of the ids above 12. Scores are shifted so that the lowest is 0:
+        # only the differences between sources matter.
+        scores = list(scores[: self._n])
+        low = min(scores)
+        best: dict[str, float] = {}
+        above = 0.0
+        for number in range(len(scores), 0, -1):
+            spelled = str(number)
+            shifted = scores[number - 1] - low
+            best["=" + spelled] = shifted
+            best[">" + spelled] = above
+            above = max(above, shifted)
+            for end in range(1, len(spelled) + 1):
+                key = spelled[:end]
+                best[key] = max(best.get(key, 0.0), shifted)
+        return best
+
+
+def _trailing_number(text: str) -> str:
+    match = re.search(r"\d+(?:[.,]\d+)*[.,]?$", text)
+    return match.group(0) if match else ""
+
+
+def levers_for(
+    request: GenerationRequest,
+    vocab: Vocabulary,
+    stop_ids: Sequence[int],
+    evidence: Evidence | None,
+) -> list[Lever]:
+    """The levers of one constrained request, in the order they act.
+
+    ``evidence``: the scorer behind ``EvidenceBias`` (the request's own resolved against the
+    generator's default), or ``None`` for none.
+    """
+    settings: Readability = request.readability
+    policy = request.policy
+    question, sources = request.question, request.sources
+    levers: list[Lever] = []
+    if settings.end_intent:
+        support = threshold = None
+        if policy is Policy.AUTO and settings.auto_cite_support is not None:
+            support = (evidence or LexicalEvidence()).bind(question, sources)
+            threshold = settings.auto_cite_support
+        levers.append(EndIntent(
+            vocab, support=support, threshold=threshold, required=policy is Policy.REQUIRED,
+        ))
+    if not settings.cite_after_punctuation:
+        levers.append(CiteAfterWord(vocab))
+    if settings.period_after_marker:
+        levers.append(PeriodAfterMarker(vocab))
+    if settings.number_penalty:
+        texts = [question, *(s.text for s in sources)]
+        levers.append(NumberCopy(vocab, texts, settings.number_penalty))
+    if settings.no_repeat_ngram:
+        levers.append(RepeatBlock(settings.no_repeat_ngram, vocab.exempt))
+    if settings.no_repeat_words:
+        levers.append(WordRepeatBlock(settings.no_repeat_words, vocab, stop_ids))
+    sentence_words = request.grammar.max_sentence_words
+    if settings.wrap_up_words and sentence_words and policy is Policy.REQUIRED:
+        levers.append(WrapUp(vocab, sentence_words, settings.wrap_up_words, settings.wrap_up_bias))
+    if settings.end_bias and stop_ids:
+        levers.append(EndBias(stop_ids, settings.end_bias, every_sentence=policy is Policy.AUTO))
+    if evidence is not None:
+        levers.append(EvidenceBias(
+            evidence.bind(question, sources), evidence.weight, request.n_sources, vocab
+        ))
+    return levers

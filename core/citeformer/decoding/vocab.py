@@ -1,0 +1,164 @@
+"""One table per vocabulary: which tokens open a marker, write an id, end a sentence, and so on.
+
+Every lever and the quote guard read their token classes from one ``Vocabulary``, built once
+per vocabulary (``Vocabulary.cached``) from the raw bytes of every token, as xgrammar decodes
+them. It needs no model and no tokenizer object, so a serving engine's processor builds the same
+table from the same bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from typing import Any
+
+import torch
+
+__all__ = ["SortedVocab", "Vocabulary"]
+
+# A word as the answer's readers count it: letters, digits, apostrophes and hyphens.
+WORD = re.compile(r"[\w'-]+")
+_WORD_START = re.compile(r"([^\w'-]*)([\w'-]+)(.*)", flags=re.DOTALL)
+_QUOTE = ord('"')
+
+
+class Vocabulary:
+    """The token classes of one vocabulary, by token id (built in about a second for 50k tokens).
+
+    ``token_bytes[i]`` is the raw bytes token i writes (empty for special tokens).
+    """
+
+    def __init__(self, token_bytes: Sequence[bytes]) -> None:
+        self.token_bytes = list(token_bytes)
+        """Raw bytes of every token, by token id."""
+        vocab = self.token_bytes
+        self.size = len(vocab)
+        """Number of token ids."""
+        self.enders = _ids(vocab, lambda raw: raw[:1] in (b".", b"!", b"?"))
+        """Tokens that begin with a sentence terminator."""
+        self.loud_enders = _ids(vocab, lambda raw: raw[:1] in (b"!", b"?"))
+        """Tokens that begin with ``!`` or ``?``."""
+        self.openers = _ids(vocab, lambda raw: raw.lstrip(b" ").startswith(b"["))
+        """Tokens that open a marker (``[``, `` [``)."""
+        self.glued_openers = _ids(vocab, lambda raw: re.search(rb"[,;:(] ?\[", raw))
+        """Tokens that write a marker opener right after , ; : or ( themselves (``,[``)."""
+        self.digit_ids = _ids(vocab, lambda raw: raw.lstrip(b" ")[:1].isdigit())
+        """Tokens that begin (after spaces) with a digit."""
+        self.digit_texts = [
+            vocab[i].decode("utf-8", errors="replace") for i in self.digit_ids.tolist()
+        ]
+        """Their text."""
+        self.exempt = frozenset(
+            token_id for token_id, raw in enumerate(vocab)
+            if not raw or re.search(rb"[\[\]0-9]", raw)
+        )
+        """Tokens the repeat block never removes: markers, digits, special tokens."""
+        self._build_id_tokens()
+
+    def _build_id_tokens(self) -> None:
+        ids: list[int] = []
+        digits: list[str] = []
+        closed: list[bool] = []
+        opens: list[bool] = []
+        for token_id, raw in enumerate(self.token_bytes):
+            if not raw or not (raw[:1].isdigit() or raw[:1] == b"]"):
+                continue
+            text = raw.decode("utf-8", errors="replace")
+            lead = re.match(r"\d*", text).group(0)  # type: ignore[union-attr]
+            ids.append(token_id)
+            digits.append(lead)
+            closed.append(len(lead) < len(text))
+            opens.append(re.match(r"\]\s*\[", text[len(lead):]) is not None)
+        self.id_token_ids = torch.tensor(ids, dtype=torch.long)
+        """Tokens that can write part of a marker's id: those starting with a digit or ``]``."""
+        self.id_digits = digits
+        """Leading digits of each id token ("" for a token starting with ``]``)."""
+        self.id_closed = closed
+        """Whether something follows the digits, so that the id token ends the id."""
+        self.id_opens = opens
+        """Whether the id token also opens the next marker of the group (``][``)."""
+
+    @cached_property
+    def texts(self) -> list[str]:
+        """Every token's text (bytes decoded, a broken character replaced)."""
+        return [raw.decode("utf-8", errors="replace") for raw in self.token_bytes]
+
+    @cached_property
+    def word_parts(self) -> dict[str, list[tuple[int, bool, bool]]]:
+        """Tokens by the (case-folded) word their text begins with: ``(id, glued, ends)``.
+
+        ``glued``: the word part starts the token (it continues a word the answer ends in);
+        ``ends``: the token closes that word itself.
+        """
+        parts: dict[str, list[tuple[int, bool, bool]]] = {}
+        for token_id, text in enumerate(self.texts):
+            match = _WORD_START.match(text)
+            if match is None or "[" in match.group(1):
+                continue
+            lead, word, rest = match.groups()
+            parts.setdefault(word.lower(), []).append((token_id, not lead, bool(rest)))
+        return parts
+
+    @cached_property
+    def word_closers(self) -> frozenset[int]:
+        """Tokens that close a word the answer ends in (a space or punctuation begins them).
+
+        Marker brackets are left out.
+        """
+        return frozenset(
+            token_id for token_id, text in enumerate(self.texts)
+            if text and "[" not in text and "]" not in text and not WORD.match(text)
+        )
+
+    @cached_property
+    def sorted(self) -> SortedVocab:
+        """The token bytes sorted by prefix, for the verbatim quote guard."""
+        return SortedVocab(self.token_bytes)
+
+    # TokenizerInfo is unhashable: keyed by id, with a weak reference to check the id's owner.
+    _cache: dict[int, tuple[weakref.ref[Any], Vocabulary]] = {}
+    _lock = threading.Lock()
+
+    @classmethod
+    def cached(cls, tokenizer_info: Any) -> Vocabulary:
+        """The table of an ``xgrammar.TokenizerInfo``, built once and kept while it lives."""
+        key = id(tokenizer_info)
+        with cls._lock:
+            entry = cls._cache.get(key)
+            if entry is None or entry[0]() is not tokenizer_info:
+                entry = (weakref.ref(tokenizer_info), cls(tokenizer_info.decoded_vocab))
+                cls._cache[key] = entry
+            return entry[1]
+
+
+class SortedVocab:
+    """A vocabulary's token bytes, sorted so that the tokens sharing a prefix form one range."""
+
+    def __init__(self, token_bytes: Sequence[bytes]) -> None:
+        pairs = sorted((b, i) for i, b in enumerate(token_bytes) if b)
+        self.keys = [b for b, _ in pairs]
+        self.ids = [i for _, i in pairs]
+        self.token_bytes = list(token_bytes)
+        self.with_quote = [i for i, b in enumerate(token_bytes) if _QUOTE in b]
+        lo = bisect.bisect_left(self.keys, b"[")
+        hi = bisect.bisect_left(self.keys, b"\\", lo)
+        self.opening_bracket = self.ids[lo:hi]
+
+    def span(self, prefix: bytes, lo: int, hi: int) -> tuple[int, int]:
+        """The range of tokens in [lo, hi) that start with ``prefix``.
+
+        All of [lo, hi) share ``prefix[:-1]``.
+        """
+        start = bisect.bisect_left(self.keys, prefix, lo, hi)
+        last = prefix[-1]
+        if last == 0xFF:
+            return start, hi
+        return start, bisect.bisect_left(self.keys, prefix[:-1] + bytes([last + 1]), start, hi)
+
+
+def _ids(vocab: Sequence[bytes], keep: Callable[[bytes], object]) -> torch.Tensor:
+    return torch.tensor([i for i, raw in enumerate(vocab) if raw and keep(raw)], dtype=torch.long)

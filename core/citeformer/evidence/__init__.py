@@ -1,0 +1,41 @@
+"""Evidence: which source supports a claim, and where in it.
+
+The modules::
+
+    scoring      Evidence scorers (lexical, embedding) that weigh every source against a claim
+    spans        the sentence or two of a cited source that best support its claim
+    embeddings   the bundled all-MiniLM-L6-v2 sentence embeddings (citeformer[retrieval])
+
+The evidence lever that turns scores into logits lives with the other levers, in
+``citeformer.decoding.levers``.
+"""
+
+from citeformer.evidence.scoring import (
+    DEFAULT_EVIDENCE,
+    EVIDENCE_NAMES,
+    EmbeddingEvidence,
+    Evidence,
+    LexicalEvidence,
+    Support,
+    claim_before_marker,
+    claim_of,
+    content_words,
+    resolve_evidence,
+)
+from citeformer.evidence.spans import WEAK_SUPPORT, locate_evidence, with_evidence
+
+__all__ = [
+    "DEFAULT_EVIDENCE",
+    "EVIDENCE_NAMES",
+    "WEAK_SUPPORT",
+    "EmbeddingEvidence",
+    "Evidence",
+    "LexicalEvidence",
+    "Support",
+    "claim_before_marker",
+    "claim_of",
+    "content_words",
+    "locate_evidence",
+    "resolve_evidence",
+    "with_evidence",
+]

@@ -1,0 +1,333 @@
+"""The levers on a scripted vocabulary: which logits move, and by how much."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from citeformer import InvalidInputError, build_request
+from citeformer.decoding.levers import (
+    AnswerState,
+    CiteAfterWord,
+    EndBias,
+    EndIntent,
+    Lever,
+    NumberCopy,
+    PeriodAfterMarker,
+    RepeatBlock,
+    WordRepeatBlock,
+    WrapUp,
+    levers_for,
+)
+from citeformer.decoding.vocab import Vocabulary
+from citeformer.evidence import LexicalEvidence, Support
+from citeformer.readability import OFF, Readability
+from citeformer.types import Policy
+
+VOCAB = [
+    b"<eos>", b"Paris", b" is", b" [", b"[", b"1", b"]", b".", b".\n", b",", b" in", b"8",
+    b"9", b" 18", b"7", b"!", b" the", b" ",
+]
+TOKEN = {raw.decode(): index for index, raw in enumerate(VOCAB)}
+TOKENS = Vocabulary(VOCAB)
+NEG = float("-inf")
+
+
+def logits(**values: float) -> torch.FloatTensor:
+    scores = torch.zeros(1, len(VOCAB))
+    for text, value in values.items():
+        scores[0, TOKEN[text.replace("_", " ")]] = value
+    return scores
+
+
+def test_token_classes() -> None:
+    assert sorted(TOKENS.enders.tolist()) == [TOKEN["."], TOKEN[".\n"], TOKEN["!"]]
+    assert sorted(TOKENS.openers.tolist()) == [TOKEN[" ["], TOKEN["["]]
+    assert TOKEN[" 18"] in TOKENS.digit_ids.tolist()
+    assert TOKEN["1"] in TOKENS.exempt and TOKEN["<eos>"] not in TOKENS.exempt
+
+
+def state_of(answer: tuple[str, ...], vocab: Vocabulary = TOKENS) -> AnswerState:
+    state = AnswerState(vocab.token_bytes)
+    for text in answer:
+        state.append(vocab.token_bytes.index(text.encode()))
+    return state
+
+
+def feed(
+    lever: Lever, answer: tuple[str, ...], scores: torch.Tensor, raw: torch.Tensor | None = None
+) -> list[float]:
+    """The lever's logits after ``answer`` (the prompt is never part of the answer)."""
+    out = scores.clone()
+    lever.apply(state_of(answer), out, raw)
+    return out[0].tolist()  # type: ignore[no-any-return]
+
+
+def test_the_answer_state_decodes_once_per_step() -> None:
+    state = state_of(("Paris", " is"))
+    assert state.text == "Paris is" and state.tokens == [TOKEN["Paris"], TOKEN[" is"]]
+    state.append(TOKEN[" ["])
+    assert state.text == "Paris is [" and state.data == bytearray(b"Paris is [")
+
+
+def test_a_wanted_sentence_end_becomes_a_marker_where_ending_is_masked() -> None:
+    lever = EndIntent(TOKENS)
+    assert lever.needs_raw
+    model = logits(**{".": 5.0, ",": 4.0, "_[": 1.0})
+    masked = model.clone()
+    masked[0, TOKENS.enders] = NEG  # the grammar: no terminator before a cite-group
+    out = feed(lever, (), masked, raw=model.clone())
+    assert max(range(len(out)), key=out.__getitem__) == TOKEN[" ["]
+    # After the mask, the openers carry their own probability plus what ending had.
+    probs = torch.softmax(model[0], dim=-1)
+    wanted = probs[TOKENS.enders].sum() + probs[TOKENS.openers].sum()
+    shown = torch.softmax(torch.tensor(out), dim=-1)[TOKENS.openers].sum()
+    assert math.isclose(shown.item(), wanted.item(), rel_tol=1e-4)
+
+
+def test_nothing_moves_where_ending_is_allowed_without_support() -> None:
+    model = logits(**{".": 5.0, "_[": 1.0})
+    assert feed(EndIntent(TOKENS), (), model, raw=model.clone()) == model[0].tolist()
+
+
+def test_nothing_moves_without_the_models_own_scores() -> None:
+    masked = logits(**{".": 5.0, "_[": 1.0})
+    masked[0, TOKENS.enders] = NEG
+    assert feed(EndIntent(TOKENS), (), masked, raw=None) == masked[0].tolist()
+
+
+@pytest.mark.parametrize(("answer", "moves"), [((" is", " 18"), True), ((" [", "1", "]"), False)])
+def test_required_ending_counts_as_masked_unless_a_group_was_just_closed(
+    answer: tuple[str, ...], moves: bool
+) -> None:
+    # Under REQUIRED a "." left open after " 18" can only continue a dotted term ("18.5"): the
+    # model's wish to end still goes to the openers, and the "." keeps its own share.
+    lever = EndIntent(TOKENS, required=True)
+    model = logits(**{".": 5.0, "_[": 1.0})
+    allowed = model.clone()
+    allowed[0, TOKEN[".\n"]] = NEG  # only the bare "." is left by the grammar
+    out = feed(lever, answer, allowed, raw=model.clone())
+    assert (out[TOKEN[" ["]] > 1.0) is moves
+    assert out[TOKEN["."]] == 5.0
+
+
+def test_nothing_moves_where_no_marker_may_open() -> None:
+    model = logits(**{".": 5.0})
+    masked = model.clone()
+    masked[0, TOKENS.enders] = NEG
+    masked[0, TOKENS.openers] = NEG
+    assert feed(EndIntent(TOKENS), (), masked, raw=model.clone()) == masked[0].tolist()
+
+
+class FixedSupport(Support):
+    def __init__(self, score: float) -> None:
+        self.score = score
+        self.claims: list[str] = []
+
+    def scores(self, claim: str) -> list[float]:
+        self.claims.append(claim)
+        return [self.score, 0.0]
+
+
+@pytest.mark.parametrize(("support", "moves"), [(0.9, True), (0.3, False)])
+def test_auto_cites_a_well_supported_sentence(support: float, moves: bool) -> None:
+    scorer = FixedSupport(support)
+    lever = EndIntent(TOKENS, support=scorer, threshold=0.5)
+    model = logits(**{".": 5.0, "_[": 1.0})
+    out = feed(lever, (" is", " the", " is", " the"), model, raw=model.clone())
+    assert (out[TOKEN[" ["]] > 1.0) is moves
+    assert scorer.claims and scorer.claims[-1] == "is the is the"
+
+
+def test_repeat_block_blocks_an_answer_ngram_only() -> None:
+    processor = RepeatBlock(3, TOKENS.exempt)
+    out = feed(processor, (" is", " the", " in", " is", " the"), logits())
+    assert out[TOKEN[" in"]] == NEG  # " is the" was followed by " in" before
+    assert sum(v == NEG for v in out) == 1
+
+
+def test_repeat_block_spares_markers_and_keeps_one_token() -> None:
+    processor = RepeatBlock(2, TOKENS.exempt)
+    out = feed(processor, (" [", "1", " ["), logits())
+    assert out[TOKEN["1"]] == 0.0
+    only = RepeatBlock(2, TOKENS.exempt)
+    scores = torch.full((1, len(VOCAB)), NEG)
+    scores[0, TOKEN[" the"]] = 1.0
+    out = feed(only, (" is", " the", " is"), scores)
+    assert out[TOKEN[" the"]] == 1.0  # the only token left is kept
+
+
+WORDS = [
+    b"<eos>", b"It", b" It", b" it", b" is", b" the", b" The", b" default", b" encod", b"ing",
+    b" for", b" strings", b" str", b"ings", b"s", b" [", b"1", b"]", b".", b" ", b" bytes",
+    b" (the", b"ings.",
+]
+WORD = {raw.decode(): index for index, raw in enumerate(WORDS)}
+WORD_TOKENS = Vocabulary(WORDS)
+
+
+def word_feed(n: int, answer: tuple[str, ...], scores: torch.Tensor | None = None) -> list[float]:
+    """The word repeat block after ``answer`` (prompt: one token, never counted)."""
+    lever = WordRepeatBlock(n, WORD_TOKENS, [WORD["<eos>"]])
+    out = torch.zeros(1, len(WORDS)) if scores is None else scores.clone()
+    lever.apply(state_of(answer, WORD_TOKENS), out, None)
+    return out[0].tolist()  # type: ignore[no-any-return]
+
+
+FIRST = (" The", " default", " encod", "ing", " for", " strings", " [", "1", "]", ".")
+
+
+def blocked_after(answer: tuple[str, ...], n: int = 5) -> set[str]:
+    return {WORDS[i].decode() for i, v in enumerate(word_feed(n, answer)) if v == NEG}
+
+
+def test_word_repeat_block_stops_a_phrase_said_before() -> None:
+    # Markers are no words, case is folded, the split into tokens does not matter.
+    again = (" It", " is", " the", " default", " encod", "ing", " for")
+    assert blocked_after(FIRST + again) == {" strings", " str"}
+    assert blocked_after(FIRST + again, n=6) == set()  # "is" came before "the" this time
+
+
+def test_word_repeat_block_inside_a_word() -> None:
+    again = (" It", " is", " the", " default", " encod", "ing", " for", " str")
+    # "ings" and "ings." finish "strings", "ing" may go on to it; "s" makes "strs".
+    assert blocked_after(FIRST + again) == {"ing", "ings", "ings."}
+
+
+def test_word_repeat_block_once_the_word_is_written() -> None:
+    again = (" It", " is", " the", " default", " encod", "ing", " for", " strings")
+    blocked = blocked_after(FIRST + again)
+    # Whatever closes "strings" completes the phrase; ending the answer, a marker or a longer
+    # word does not count.
+    assert {".", " is", " ", " bytes"} <= blocked
+    assert not blocked & {" [", "s", "ings", "1", "]", "<eos>"}
+
+
+def test_word_repeat_block_leaves_new_phrases_and_the_prompt_alone() -> None:
+    assert blocked_after((" the", " default", " encod", "ing", " for")) == set()
+    # " (the" begins a new word after punctuation: checked like " the".
+    assert blocked_after((" the", " is", " the", " is")) == set()
+    assert blocked_after((" the", " is", " the", " is"), n=3) == {" the", " The", " (the"}
+
+
+def test_word_repeat_block_keeps_one_token() -> None:
+    scores = torch.full((1, len(WORDS)), NEG)
+    scores[0, WORD[" strings"]] = 1.0
+    again = (" It", " is", " the", " default", " encod", "ing", " for")
+    out = word_feed(5, FIRST + again, scores)
+    assert out[WORD[" strings"]] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "blocked"),
+    [((" is", ","), True), ((" is", ",", " "), True), ((" is",), False), ((" the",), False)],
+)
+def test_no_marker_right_after_a_comma(answer: tuple[str, ...], blocked: bool) -> None:
+    out = feed(CiteAfterWord(TOKENS), answer, logits())
+    assert (out[TOKEN[" ["]] == NEG) is blocked
+    assert (out[TOKEN["["]] == NEG) is blocked
+
+
+def test_no_marker_after_a_comma_unless_nothing_else_is_left() -> None:
+    scores = torch.full((1, len(VOCAB)), NEG)
+    scores[0, TOKEN[" ["]] = 1.0  # the sentence bound: the grammar allows only a marker
+    out = feed(CiteAfterWord(TOKENS), (" is", ","), scores)
+    assert out[TOKEN[" ["]] == 1.0
+
+
+def test_number_copy_penalises_invented_digits() -> None:
+    processor = NumberCopy(TOKENS, ["It was completed in 1889."], 8.0)
+    out = feed(processor, (" in", " 18", "8"), logits())
+    assert out[TOKEN["9"]] == 0.0  # 1889
+    assert out[TOKEN["7"]] == -8.0  # 1887 is in no source
+    assert out[TOKEN["8"]] == -8.0  # 1888 neither
+
+
+def test_number_copy_leaves_marker_digits_alone() -> None:
+    processor = NumberCopy(TOKENS, ["No numbers here."], 8.0)
+    out = feed(processor, (" [",), logits())
+    assert out[TOKEN["1"]] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "raised"),
+    [
+        ((" is",) * 3, 0.0),  # below the threshold, bound 6 - 2 words
+        ((" is",) * 4, 2.0),  # at it
+        ((" is",) * 5, 4.0),  # one word further
+        ((" is",) * 5 + (",",), 0.0),  # ends in a comma: no place to cite
+        ((" is",) * 5 + (" [",), 0.0),  # a marker is open
+        ((" is", " [", "1", "]", ".", " is"), 0.0),  # a new sentence starts its count again
+    ],
+)
+def test_wrap_up_raises_openers_near_the_bound(answer: tuple[str, ...], raised: float) -> None:
+    out = feed(WrapUp(TOKENS, bound=6, words=2, bias=2.0), answer, logits())
+    assert out[TOKEN[" ["]] == out[TOKEN["["]] == raised
+    assert out[TOKEN["."]] == 0.0
+
+
+def test_after_a_marker_a_sentence_ends_with_a_period() -> None:
+    out = feed(PeriodAfterMarker(TOKENS), (" is", " [", "1", "]"), logits())
+    assert out[TOKEN["!"]] == NEG
+    assert out[TOKEN["."]] == out[TOKEN[".\n"]] == out[TOKEN["["]] == 0.0
+    # Elsewhere (and when nothing else is left) "!" stays.
+    assert feed(PeriodAfterMarker(TOKENS), (" is",), logits())[TOKEN["!"]] == 0.0
+    only = torch.full((1, len(VOCAB)), NEG)
+    only[0, TOKEN["!"]] = 1.0
+    out = feed(PeriodAfterMarker(TOKENS), (" is", " [", "1", "]"), only)
+    assert out[TOKEN["!"]] == 1.0
+
+
+def test_end_bias_grows_with_cited_sentences() -> None:
+    processor = EndBias([TOKEN["<eos>"]], 2.0)
+    out = feed(processor, (" is", " [", "1", "]", "."), logits())
+    assert out[TOKEN["<eos>"]] == 2.0
+    mid = EndBias([TOKEN["<eos>"]], 2.0)
+    out = feed(mid, (" is", " [", "1"), logits())
+    assert out[TOKEN["<eos>"]] == 0.0
+
+
+@pytest.mark.parametrize(("every_sentence", "raised"), [(False, 2.0), (True, 4.0)])
+def test_end_bias_under_auto_counts_every_sentence(every_sentence: bool, raised: float) -> None:
+    answer = (" is", ".", " the", " is", " [", "1", "]", ".")  # one plain, one cited sentence
+    processor = EndBias([TOKEN["<eos>"]], 2.0, every_sentence=every_sentence)
+    assert feed(processor, answer, logits())[TOKEN["<eos>"]] == raised
+    uncited = EndBias([TOKEN["<eos>"]], 2.0, every_sentence=every_sentence)
+    assert feed(uncited, (" is", "."), logits())[TOKEN["<eos>"]] == (2.0 if every_sentence else 0)
+
+
+def test_levers_of_a_request_in_the_order_they_act() -> None:
+    sources = ["It was completed in 1889."]
+    settings = Readability(end_bias=1.0)
+    request = build_request("When?", sources, Policy.REQUIRED, readability=settings)
+    levers = levers_for(request, TOKENS, [0], LexicalEvidence())
+    assert [type(lever).__name__ for lever in levers] == [
+        "EndIntent", "CiteAfterWord", "PeriodAfterMarker", "NumberCopy", "RepeatBlock",
+        "WordRepeatBlock", "WrapUp", "EndBias", "EvidenceBias",
+    ]
+    assert [type(lever).__name__ for lever in levers_for(request, TOKENS, [0], None)][-1] == (
+        "EndBias"
+    )
+    off = build_request("When?", sources, Policy.AUTO, readability=OFF)
+    assert levers_for(off, TOKENS, [0], None) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"no_repeat_ngram": 1}, "no_repeat_ngram must be 0"),
+        ({"no_repeat_words": True}, "no_repeat_words must be 0 .off. or an int >= 2, got True"),
+        ({"number_penalty": -1.0}, "number_penalty must be a finite number >= 0"),
+        ({"end_bias": float("nan")}, "end_bias must be a finite number"),
+        ({"auto_cite_support": 2.0}, "auto_cite_support must be between 0 and 1"),
+        ({"end_intent": 1}, "end_intent must be True or False"),
+        ({"cite_after_punctuation": "no"}, "cite_after_punctuation must be True or False"),
+        ({"period_after_marker": None}, "period_after_marker must be True or False"),
+        ({"wrap_up_words": -1}, "wrap_up_words must be an int >= 0"),
+    ],
+)
+def test_bad_settings_are_named(options: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        Readability(**options)  # type: ignore[arg-type]

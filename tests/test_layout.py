@@ -1,0 +1,181 @@
+"""The layout the code keeps: packages by stage, no import cycle, a declared public surface.
+
+Read from the source files, not from imported modules, so that an import done lazily inside a
+function (a display hook, a heavy optional library) does not count, and one done at module level
+or under ``if TYPE_CHECKING:`` does.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {
+    "citeformer": ROOT / "core" / "citeformer",
+    "citeformer_langchain": ROOT / "citeformer_langchain",
+    "citeformer_llamaindex": ROOT / "citeformer_llamaindex",
+}
+MAX_TOP_MODULES = 14
+STAGES = ("grammar", "decoding", "evidence", "render")
+MAX_ADAPTER_CLASS_LINES = 280
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    """(dotted name, path) of every module of the three packages."""
+    for package, folder in PACKAGES.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            yield ".".join((package, *parts)), path
+
+
+def module_level_imports(name: str, path: Path) -> set[str]:
+    """The project modules ``name`` imports at module level (``TYPE_CHECKING`` blocks included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+
+    visit(tree.body)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    names = dict(modules())
+    edges: dict[str, set[str]] = {}
+    for name, path in names.items():
+        targets = set()
+        for imported in module_level_imports(name, path):
+            # "from citeformer.grammar import rules" names the module citeformer.grammar.rules.
+            while imported and imported not in names:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        edges[name] = targets
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges[node]:
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in edges:
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_no_module_level_import_cycle() -> None:
+    # A package's __init__ importing its own submodules is no cycle unless they import it back.
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_core_is_packaged_by_stage() -> None:
+    core = PACKAGES["citeformer"]
+    top = sorted(path.name for path in core.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+    for stage in STAGES:
+        assert (core / stage / "__init__.py").is_file(), stage
+        # Each stage package opens with its module map.
+        assert "The modules::" in (core / stage / "__init__.py").read_text(), stage
+
+
+@pytest.mark.parametrize(
+    ("name", "path"),
+    [(name, path) for name, path in modules() if not any(
+        part.startswith("_") and part != "__init__" for part in name.split(".")
+    ) and path.name != "__main__.py"],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_every_public_module_declares_its_names(name: str, path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    declared = [
+        node for node in tree.body
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and any(getattr(t, "id", None) == "__all__" for t in (
+            node.targets if isinstance(node, ast.Assign) else [node.target]
+        ))
+    ]
+    assert declared, f"{name} defines no __all__"
+
+
+def test_no_adapter_class_is_a_monolith() -> None:
+    for package in ("citeformer_langchain", "citeformer_llamaindex"):
+        for path in sorted(PACKAGES[package].glob("*.py")):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                if isinstance(node, ast.ClassDef):
+                    lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                    assert lines <= MAX_ADAPTER_CLASS_LINES, f"{path.name}:{node.name} {lines}"
+
+
+def test_no_wrapper_imports_a_private_core_module() -> None:
+    for name, path in modules():
+        if name.startswith("citeformer."):
+            continue
+        private = {
+            imported for imported in module_level_imports(name, path) | _lazy_imports(path)
+            if imported.startswith("citeformer.") and any(
+                part.startswith("_") for part in imported.split(".")[1:]
+            )
+        }
+        assert not private, f"{name} imports {sorted(private)}"
+
+
+def _lazy_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found

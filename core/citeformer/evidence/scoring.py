@@ -205,11 +205,13 @@ class _LexicalSupport(Support):
         ]
 
     def _overlap(self, text: str) -> list[float]:
-        words = set(content_words(text)) & self._idf.keys()
+        # Summed in word order, not set order (which follows the process's string hashing), so
+        # that every process gets the same floats and breaks a tie between sources alike.
+        words = sorted(set(content_words(text)) & self._idf.keys())
         total = sum(self._idf[w] for w in words)
         if not total:
             return [0.0] * len(self._sources)
-        return [sum(self._idf[w] for w in words & source) / total for source in self._sources]
+        return [sum(self._idf[w] for w in words if w in source) / total for source in self._sources]
 
 
 class EmbeddingEvidence(Evidence):

@@ -77,11 +77,12 @@ def locate_evidence(claim: str, source: Source, *, question: str = "") -> Eviden
     if not wanted:
         return None
     unseen = math.log(1 + len(sentences))  # a word no sentence holds counts fully against
-    weights = {word: idf.get(word, unseen) for word in wanted}
+    # In word order, not set order: the same floats, and the same ties, in every process.
+    weights = {word: idf.get(word, unseen) for word in sorted(wanted)}
     total = sum(weights.values())
 
     def score(words: frozenset[str]) -> float:
-        return sum(weights[w] for w in wanted & words) / total
+        return sum(weight for word, weight in weights.items() if word in words) / total
 
     singles = [score(words) for words in sentences]
     best = max(range(len(singles)), key=lambda i: (singles[i], -i))

@@ -21,12 +21,15 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 # llama.cpp (llama-cpp-python, the same version whose sdist the tokenizer tests read vocabularies
-# from), for the llama.cpp server tests. Built from source, about 5 minutes on 2 idle cores.
+# from), for LlamaCppGenerator and the llama.cpp server tests. Built from source, about 7 minutes
+# on 2 cores.
 # llama.cpp's default build is -march=native (GGML_NATIVE=ON): on a CPU with AMX it compiles ggml's
 # AMX kernels, and 0.3.36 built so segfaults on the first prompt of more than one token with the
 # embedded Q4_1 model; a wheel built natively on one CPU is no proof for the next either. So the
 # instruction sets are pinned to x86-64-v3 (SSE4.2, AVX, AVX2, FMA, F16C, BMI2: Haswell and Zen 1
-# onward), with AVX-512 and AMX off; benchmarks/llama_cpp_build.py measures what that costs.
+# onward), with AVX-512 and AMX off. Measured against an AVX-512 build without AMX (which runs
+# too: AMX is what crashes), it decodes as fast and reads a prompt about 12% slower
+# (benchmarks/README.md, "llama.cpp build flags"). `make test LLAMA_CPP_CMAKE_ARGS=...` overrides.
 # pip's wheel cache is keyed by the sdist alone, not by CMAKE_ARGS, so it could hand back a wheel
 # built with other flags: the wheel is built once per version and flags into citeformer's cache.
 LLAMA_CPP_VERSION := 0.3.36

@@ -8,6 +8,7 @@ or under ``if TYPE_CHECKING:`` does.
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,31 @@ PACKAGES = {
 MAX_TOP_MODULES = 14
 STAGES = ("grammar", "decoding", "evidence", "render")
 MAX_ADAPTER_CLASS_LINES = 280
+PUBLIC = {
+    "citeformer": [
+        "AnswerChunks", "AnswerGenerator", "AnswerStream", "AsyncAnswerChunks",
+        "AsyncAnswerGenerator", "AsyncServerAnswerStream", "Citation", "CitationOutOfRangeError",
+        "CiteGenerator", "CitedAnswer", "CiteformerError", "EmptyQuestionError", "EmptySourceError",
+        "EvidenceSpan", "GenerationOptions", "GenerationRequest", "GrammarOptions",
+        "GrammarViolationError", "InputTypeError", "InvalidInputError", "MarkerScan",
+        "MissingDependencyError", "ModelLoadError", "NoSourcesError", "Policy",
+        "PromptTooLongError", "Quote", "ServerAnswerStream", "ServerConnectionError", "ServerError",
+        "ServerGenerator", "ServerIgnoredGrammarError", "ServerResponseError", "Source",
+        "TokenizerMismatchError", "build_grammar", "build_request", "dotted_terms",
+        "parse_citations", "scan_markers",
+    ],
+    "citeformer_langchain": [
+        "CitationAnswer", "CitationAnswerChunk", "CitationInput", "CitationRunnable",
+        "DocumentCitation", "DocumentQuote", "MiniLMEmbeddings", "StandaloneQuestion",
+        "render_markdown",
+    ],
+    "citeformer_llamaindex": [
+        "INSTRUCTIONS_PROMPT_KEY", "PARENT_END_KEY", "PARENT_START_KEY", "CitationChatEngine",
+        "CitationChunker", "CitationStreamingChatResponse", "CitationSynthesizer", "CiteformerLLM",
+        "LocalLLM", "MiniLMEmbedding", "render_html", "render_markdown",
+    ],
+}
+"""Each package's public names: a name added or dropped is a decision, made here too."""
 
 
 def modules() -> Iterator[tuple[str, Path]]:
@@ -111,6 +137,20 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.parametrize("package", PUBLIC)
+def test_the_public_names_are_the_listed_ones(package: str) -> None:
+    module = importlib.import_module(package)
+    assert module.__all__ == PUBLIC[package]
+    assert all(getattr(module, name) is not None for name in module.__all__)
+
+
+@pytest.mark.parametrize("package", ["citeformer_langchain", "citeformer_llamaindex"])
+def test_a_wrappers_init_only_re_exports(package: str) -> None:
+    tree = ast.parse((PACKAGES[package] / "__init__.py").read_text(encoding="utf-8"))
+    body = tree.body[1:]  # after the docstring
+    assert all(isinstance(node, (ast.ImportFrom, ast.Assign)) for node in body), package
+
+
 def test_no_module_level_import_cycle() -> None:
     # A package's __init__ importing its own submodules is no cycle unless they import it back.
     assert cycles(graph()) == []
@@ -147,6 +187,14 @@ def test_every_public_module_declares_its_names(name: str, path: Path) -> None:
         ))
     ]
     assert declared, f"{name} defines no __all__"
+    from citeformer.errors import MissingDependencyError
+
+    try:
+        module = importlib.import_module(name)
+    except MissingDependencyError:  # citeformer.vllm imports only inside vLLM
+        return
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names what it does not define: {missing}"
 
 
 def test_no_adapter_class_is_a_monolith() -> None:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from citeformer.decoding.batching import Prepared, decoding_key
+from citeformer.decoding.batching import Prepared, check_one_batch
 from citeformer.decoding.engine import GRAMMAR_CACHE_SIZE, Decoded, DecodingEngine
 from citeformer.decoding.steering import RowSteering, Steering
 from citeformer.errors import InvalidInputError, MissingDependencyError, TokenizerMismatchError
@@ -68,10 +68,7 @@ class LlamaCppEngine(DecodingEngine):
         cancel: threading.Event | None = None,
     ) -> Decoded:
         """Generate every row, one after another (they must share their ``decoding_key``)."""
-        if len({decoding_key(row.request) for row in rows}) > 1:
-            raise InvalidInputError(
-                "one batch needs one set of decoding settings; group the rows with plan_batches"
-            )
+        check_one_batch(rows)
         generated: list[list[int]] = []
         seconds: list[float] = []
         for row in rows:

@@ -202,6 +202,8 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
             return logits
         try:
             pending = self._pending_v1() if ctx is None else self._pending_v2(ctx)
+            # As vLLM gave them (its grammar applied): what a failed row falls back to.
+            given = {row: logits[row].clone() for row, _, _ in pending}
             live = [(row, answer) for row, answer, new in pending if self._advance(answer, new)]
             answers = dict(live)
             self._steering.apply(
@@ -210,7 +212,7 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
             )
             for row, answer, _ in pending:
                 if answer.failed:
-                    self._end(logits, row)
+                    self._end(logits, row, given[row])
         except Exception:  # never into vLLM's engine loop
             logger.exception("citeformer steering: a step failed; these rows are not steered")
         return logits
@@ -271,9 +273,17 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
             logger.error("citeformer steering failed for a request; it is ended: %r", error)
         answer.failed = True
 
-    def _end(self, logits: torch.Tensor, row: int) -> None:
-        # Only the end of the answer is left; the client rechecks what was written.
-        kept = logits[row, self._stop_ids].clone()
+    def _end(self, logits: torch.Tensor, row: int, given: torch.Tensor) -> None:
+        """End a request whose steering failed.
+
+        Only the end-of-answer tokens are left, as vLLM's own grammar scored them; where that
+        grammar does not let the answer end here, the row is left as vLLM gave it. The client
+        rechecks what was written either way.
+        """
+        kept = given[self._stop_ids]
+        if not torch.isfinite(kept).any():
+            logits[row] = given
+            return
         logits[row] = float("-inf")
         logits[row, self._stop_ids] = kept
 

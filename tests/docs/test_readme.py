@@ -2,7 +2,9 @@
 every ``citeformer ask`` line of a ```bash block exits 0 and prints a cited answer.
 
 Examples that talk to a server at ``http://localhost:8080`` (the llama.cpp server's usual address)
-run against the tests' real llama.cpp server, on whatever port it has."""
+run against the tests' real llama.cpp server, on whatever port it has. Examples that import
+``citeformer.vllm`` run in the tests' vLLM venv (with Ray Data when they import ``ray``), their
+``VLLMGenerator.from_pretrained(MODEL)`` on the embedded model instead."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ README = ROOT / "README.md"
 TIMEOUT_S = 600
 MAX_NEW_TOKENS = "32"
 SERVER_URL = "http://localhost:8080"
+VLLM_MODEL = 'VLLMGenerator.from_pretrained("Qwen/Qwen2.5-7B-Instruct")'
+EMBEDDED_VLLM = 'VLLMGenerator.default(enforce_eager=True, distributed_executor_backend="uni")'
 
 _FENCE = re.compile(r"^```[ \t]*(\w+)?[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
@@ -69,22 +73,43 @@ def test_readme_has_cli_examples() -> None:
 
 
 @pytest.mark.parametrize(
-    "code", _python_blocks(), ids=lambda code: f"python-{code.strip().splitlines()[0][:40]}"
+    "code",
+    [pytest.param(code, marks=pytest.mark.vllm) if "citeformer.vllm" in code else code
+     for code in _python_blocks()],
+    ids=lambda code: f"python-{code.strip().splitlines()[0][:40]}",
 )
 def test_readme_python_block_runs(code: str, request: pytest.FixtureRequest) -> None:
     if SERVER_URL in code:
         code = code.replace(SERVER_URL, request.getfixturevalue("llama_server").url)
+    interpreter, env = sys.executable, None
+    if "citeformer.vllm" in code:
+        interpreter, env = _vllm_interpreter(ray="import ray" in code)
+        code = code.replace(VLLM_MODEL, EMBEDDED_VLLM)
     result = subprocess.run(
-        [sys.executable, "-c", code],
+        [interpreter, "-c", code],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
+        env=env,
     )
     assert result.returncode == 0, (
         f"README block exited {result.returncode}:\n{code}\n--- stdout\n{result.stdout}"
         f"\n--- stderr\n{result.stderr[-4000:]}"
     )
+
+
+def _vllm_interpreter(*, ray: bool) -> tuple[str, dict[str, str]]:
+    from tests.server.vllm_server import (
+        _python,
+        ensure_ray_venv,
+        ensure_vllm_venv,
+        install_checkout,
+        server_environment,
+    )
+
+    venv = ensure_ray_venv() if ray else install_checkout(ensure_vllm_venv())
+    return str(_python(venv)), {**server_environment(), "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 @pytest.mark.parametrize("argv", _ask_commands(), ids=lambda argv: " ".join(argv[2:4])[:50])

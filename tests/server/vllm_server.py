@@ -129,6 +129,32 @@ def install_checkout(venv: Path) -> Path:
     return venv
 
 
+RAY_REQUIREMENT = "ray[data]==2.60.0"
+
+
+def ensure_ray_venv() -> Path:
+    """A venv with Ray Data on top of the vLLM venv (a ``.pth`` file reaches its packages), so
+    the vLLM venv stays as vLLM's tests know it; built once, like it."""
+    vllm_venv = install_checkout(ensure_vllm_venv())
+    venv = venv_root() / "ray"
+    with _locked(venv_root() / "ray.lock"):
+        if _ready_marker(venv).is_file():
+            return venv
+        shutil.rmtree(venv, ignore_errors=True)
+        log = venv_root() / "ray.build.log"
+        with log.open("wb") as sink:
+            _run([sys.executable, "-m", "venv", str(venv)], sink, log)
+            site = f"python{sys.version_info.major}.{sys.version_info.minor}"
+            (venv / "lib" / site / "site-packages" / "vllm-venv.pth").write_text(
+                str(vllm_venv / "lib" / site / "site-packages") + "\n", encoding="utf-8"
+            )
+            _run([str(_python(venv)), "-m", "pip", "install", "--disable-pip-version-check",
+                  RAY_REQUIREMENT], sink, log)
+        _ready_marker(venv).write_text(RAY_REQUIREMENT + "\n", encoding="utf-8")
+        log.unlink(missing_ok=True)
+    return venv
+
+
 def _code_digest() -> str:
     import hashlib
 

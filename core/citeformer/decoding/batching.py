@@ -22,6 +22,7 @@ __all__ = [
     "Prepared",
     "build_requests",
     "check_batch_size",
+    "check_one_batch",
     "decoding_key",
     "plan_batches",
     "prepare_all",
@@ -56,6 +57,16 @@ def decoding_key(request: GenerationRequest) -> DecodingKey:
             request.max_new_tokens, True, request.temperature, request.seed, request.constrained
         )
     return (request.max_new_tokens, False, None, None, request.constrained)
+
+
+def check_one_batch(rows: Sequence[Prepared]) -> None:
+    """Raise unless every row shares one ``decoding_key``, as the rows of one batch must."""
+    keys = {decoding_key(row.request) for row in rows}
+    if len(keys) > 1:
+        raise InvalidInputError(
+            f"one batch needs one set of decoding settings, got {sorted(keys, key=str)}; "
+            "group the rows with plan_batches"
+        )
 
 
 def plan_batches(rows: Sequence[Prepared], batch_size: int) -> list[list[int]]:

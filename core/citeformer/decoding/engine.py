@@ -32,7 +32,7 @@ from transformers import LogitsProcessorList, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from citeformer.answers import cited_answer
-from citeformer.decoding.batching import Prepared, decoding_key
+from citeformer.decoding.batching import Prepared, check_one_batch
 from citeformer.decoding.hf import CancelCriteria, SteeringLogitsProcessor
 from citeformer.decoding.steering import RowSteering, steering_for
 from citeformer.decoding.vocab import Vocabulary
@@ -211,12 +211,7 @@ class TransformersEngine(DecodingEngine):
         cancel: threading.Event | None = None,
     ) -> Decoded:
         """Generate every row of one batch in a single left-padded ``model.generate`` call."""
-        keys = {decoding_key(row.request) for row in rows}
-        if len(keys) != 1:
-            raise InvalidInputError(
-                f"one batch needs one set of decoding settings, got {sorted(keys, key=str)}; "
-                "group the rows with plan_batches"
-            )
+        check_one_batch(rows)
         request = rows[0].request
         stop = self.stop_token_ids
         width = max(len(row.prompt_ids) for row in rows)

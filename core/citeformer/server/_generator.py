@@ -51,6 +51,15 @@ class ServerGenerator:
     one completion, or an answer longer than ``max_new_tokens`` can produce, raises
     ``ServerResponseError``.
 
+    Steering (vLLM): a vLLM started with ``--logits-processors citeformer.vllm:SteeringProcessor``
+    runs citeformer's steering inside the engine, as ``CiteGenerator`` does in process: the
+    request's own grammar, evidence-chosen ids and every readability lever. With
+    ``engine="vllm"`` the generator asks the server once (``steers()``) and then sends the
+    steering payload with each request. A vLLM without the processor gets the grammar alone
+    (every marker in range, the prose unsteered, as llama.cpp and SGLang servers always do), and
+    the generator logs a warning saying so; ``steers()`` tells which, ``steering=True`` makes a
+    missing processor an error, ``steering=False`` never steers.
+
     Retries: a connection error before any answer, or an answer 408, 429 or 5xx, is tried again
     up to ``max_retries`` times, never once an answer has started to arrive. Retry ``a`` (from
     0) waits ``retry_backoff * 2**a`` seconds with +-25% jitter, or what the server's

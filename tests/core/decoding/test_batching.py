@@ -210,3 +210,13 @@ def test_batched_greedy_answers_equal_sequential_ones(default_generator: CiteGen
     assert [(a.text, a.citations) for a in batched] == [
         (a.text, a.citations) for a in one_by_one
     ]
+
+
+def test_a_batch_of_mixed_settings_is_refused(gen: CiteGenerator) -> None:
+    from citeformer.decoding.batching import check_one_batch
+
+    rows = [gen.engine.prepare(build_request(QUESTION, SOURCES, max_new_tokens=tokens))
+            for tokens in (4, 8)]
+    with pytest.raises(InvalidInputError, match="one batch needs one set of decoding settings"):
+        gen.engine.run(rows)
+    check_one_batch(rows[:1])  # one row, one key

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT.parent))
 
 from citebench.data import load_dataset  # noqa: E402
-from citebench.metrics import measure, summarize  # noqa: E402
+from citebench.metrics import measure, rate_text, summarize  # noqa: E402
 
 from citeformer import CitedAnswer, GenerationRequest, build_request  # noqa: E402
 
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, data in table["sets"].items():
             summary = data["summary"]
             print(f"{engine:13} {name:12} " + "  ".join(
-                f"{label} {_value(summary[key])}" for key, label in COLUMNS
+                f"{label} {rate_text(summary[key])}" for key, label in COLUMNS
             ) + f"  numbers-in-no-source {summary['unsupported_numbers']}"
               + f"  out-of-range {summary['fabrication_rate']['k']}", flush=True)
         print(f"{engine:13} {tokens} tokens in {seconds:.0f}s: "
@@ -268,12 +268,6 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1, default=str))
     print(f"wrote {args.out}")
-
-
-def _value(rate: Any) -> str:
-    if isinstance(rate, dict) and rate.get("value") is not None:
-        return f"{rate['value']:.2f}"
-    return "-"
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from citebench.data import load_dataset  # noqa: E402
-from citebench.metrics import measure, summarize  # noqa: E402
+from citebench.metrics import measure, rate_text, summarize  # noqa: E402
 
 from citeformer import CiteGenerator, Policy, build_request  # noqa: E402
 from citeformer.evidence import LexicalEvidence  # noqa: E402
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
             table[arm] = {"settings": _settings(requests[0]), "summary": summary,
                           "records": records}
             print(f"{dataset:12} {arm:16} " + "  ".join(
-                f"{label} {_value(summary[key])}" for key, label in COLUMNS
+                f"{label} {rate_text(summary[key])}" for key, label in COLUMNS
             ) + f"  numbers-not-in-sources {summary['unsupported_numbers']}"
               + f"  tok/s {summary['tokens_per_second'].get('median', 0):.1f}", flush=True)
             RESULTS.mkdir(exist_ok=True)
@@ -148,12 +148,6 @@ def _stored_arms(path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     stored = json.loads(path.read_text())
     same = all(stored.get(key) == settings[key] for key in ("split", "policy", "max_new_tokens"))
     return dict(stored.get("sets", {})) if same else {}
-
-
-def _value(rate: Any) -> str:
-    if isinstance(rate, dict) and rate.get("value") is not None:
-        return f"{rate['value']:.2f}"
-    return "-"
 
 
 if __name__ == "__main__":

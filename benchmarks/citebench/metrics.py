@@ -12,11 +12,12 @@ from citebench.data import Item
 from citeformer import scan_markers
 from citeformer.evidence import LexicalEvidence, claim_before_marker
 from citeformer.grammar import DEFAULT_MAX_SENTENCE_WORDS
+from citeformer.grammar.markers import MARKER_LIKE
 
 # A sentence runs to . ! or ?, plus any markers right after it (``... end. [2]``), followed by white
 # space or the end of the text; a trailing fragment without a terminator is a sentence too.
 _SENTENCE = re.compile(r"\S.*?(?:[.!?]+(?:\s*\[[^\[\]\n]{0,24}\])*(?=\s|$)|$)", flags=re.DOTALL)
-_MARKER = re.compile(r"\[[^\[\]\n]{0,24}\]")
+_MARKER = MARKER_LIKE
 _MARKER_RUN = re.compile(r"\[[^\[\]\n]{0,24}\](?:\s*\[[^\[\]\n]{0,24}\])+")
 _CITE_GROUP = re.compile(r"\[[^\[\]\n]{0,24}\](?:\s*\[[^\[\]\n]{0,24}\])*")
 _WORD = re.compile(r"[\w'-]+")
@@ -286,3 +287,10 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
             [ms for r in rows for ms in r.get("evidence_ms") or ()]
         ),
     }
+
+
+def rate_text(rate: Any) -> str:
+    """A ``rate``'s value with two decimals, ``-`` where it has none (no trials)."""
+    if isinstance(rate, dict) and rate.get("value") is not None:
+        return f"{rate['value']:.2f}"
+    return "-"

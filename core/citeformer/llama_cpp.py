@@ -25,7 +25,12 @@ import torch
 from transformers.generation.streamers import BaseStreamer
 
 from citeformer.decoding.batching import Prepared, check_one_batch
-from citeformer.decoding.engine import GRAMMAR_CACHE_SIZE, Decoded, DecodingEngine
+from citeformer.decoding.engine import (
+    GRAMMAR_CACHE_SIZE,
+    Decoded,
+    DecodingEngine,
+    end_of_sequence_ids,
+)
 from citeformer.decoding.steering import RowSteering, Steering
 from citeformer.errors import InvalidInputError, MissingDependencyError, TokenizerMismatchError
 from citeformer.generator import CiteGenerator
@@ -43,11 +48,9 @@ class LlamaCppEngine(DecodingEngine):
         self, llama: Any, tokenizer: Any, *, grammar_cache_size: int = GRAMMAR_CACHE_SIZE
     ) -> None:
         vocab_size = int(llama.n_vocab())
-        stop = [int(llama.token_eos())]
-        if tokenizer.eos_token_id is not None:
-            stop.append(int(tokenizer.eos_token_id))
+        stop = end_of_sequence_ids(int(llama.token_eos()), tokenizer.eos_token_id)
         super().__init__(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=list(dict.fromkeys(stop)),
+            tokenizer, vocab_size=vocab_size, stop_token_ids=stop,
             context_length=int(llama.n_ctx()), grammar_cache_size=grammar_cache_size,
         )
         ours = list(tokenizer(ALIGNMENT_PROBE, add_special_tokens=False).input_ids)

@@ -35,7 +35,6 @@ logits keep only the end-of-answer tokens); the other requests go on.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -46,7 +45,12 @@ import xgrammar as xgr
 
 from citeformer.answers import StreamedAnswer, cited_answer
 from citeformer.decoding.batching import Prepared, build_requests, prepare_all
-from citeformer.decoding.engine import GRAMMAR_CACHE_SIZE
+from citeformer.decoding.engine import (
+    DecodingEngine,
+    answer_text,
+    end_of_sequence_ids,
+    prompt_token_ids,
+)
 from citeformer.decoding.payload import (
     HANDSHAKE,
     HANDSHAKE_REPLY,
@@ -55,10 +59,8 @@ from citeformer.decoding.payload import (
     steering_payload,
 )
 from citeformer.decoding.steering import RowSteering, Steering, steering_for
-from citeformer.decoding.vocab import Vocabulary
 from citeformer.errors import InvalidInputError, MissingDependencyError, PromptTooLongError
 from citeformer.grammar.rules import marker_grammar
-from citeformer.prompt import render_prompt
 from citeformer.request import (
     DEFAULT_POLICY,
     AnswerChunks,
@@ -146,15 +148,14 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
 
         model_config = vllm_config.model_config
         tokenizer = cached_tokenizer_from_config(model_config)
-        self._stop_ids = _stop_ids(model_config, tokenizer)
         vocab_size = int(model_config.get_vocab_size())
-        info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=self._stop_ids
+        # The engine-neutral part of an engine: TokenizerInfo, compiled grammars, the vocabulary.
+        self._engine = DecodingEngine(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=_stop_ids(model_config, tokenizer),
+            context_length=None,
         )
-        self._info = info  # the vocabulary's table is cached while the info lives
-        self._vocab = Vocabulary.cached(info)
-        compiler = xgr.GrammarCompiler(info)
-        self._compile = functools.lru_cache(maxsize=GRAMMAR_CACHE_SIZE)(compiler.compile_grammar)
+        self._stop_ids = self._engine.stop_token_ids
+        self._vocab = self._engine.vocab  # built now, not at the first steered request
         self._steering = Steering(vocab_size)
         self._answers: dict[int, _Answer] = {}
         """Steered requests by batch index (V1) or request slot (V2)."""
@@ -260,7 +261,7 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
             return None
         try:
             request = request_from_payload(payload)
-            grammar = self._compile(request.grammar_text(spell_quotes=False))
+            grammar = self._engine.compile(request.grammar_text(spell_quotes=False))
             return steering_for(
                 request, self._vocab, self._stop_ids, matcher=xgr.GrammarMatcher(grammar)
             )
@@ -293,15 +294,8 @@ def _stop_ids(model_config: Any, tokenizer: Any) -> list[int]:
 
     The generation config's end of sequence, then the tokenizer's.
     """
-    ids: list[int] = []
     configured = model_config.try_get_generation_config().get("eos_token_id")
-    for value in (configured, getattr(tokenizer, "eos_token_id", None)):
-        if isinstance(value, int):
-            ids.append(value)
-        elif isinstance(value, (list, tuple)):
-            ids.extend(int(v) for v in value)
-    return list(dict.fromkeys(ids))
-
+    return end_of_sequence_ids(configured, getattr(tokenizer, "eos_token_id", None))
 
 
 class VLLMGenerator:
@@ -339,7 +333,7 @@ class VLLMGenerator:
         self.llm = llm
         self.tokenizer = llm.get_tokenizer()
         self.context_length: int | None = int(llm.llm_engine.model_config.max_model_len)
-        self._stop_ids = frozenset(_stop_ids(llm.llm_engine.model_config, self.tokenizer))
+        self._stop_ids = _stop_ids(llm.llm_engine.model_config, self.tokenizer)
 
     @classmethod
     def from_pretrained(cls, model: str, **llm_kwargs: Any) -> VLLMGenerator:
@@ -404,8 +398,7 @@ class VLLMGenerator:
         return [self._answer(row, output) for row, output in zip(rows, outputs, strict=True)]
 
     def _prepare(self, request: GenerationRequest) -> Prepared:
-        prompt = request.prompt or render_prompt(request.messages(), self.tokenizer)
-        ids = list(self.tokenizer(prompt, add_special_tokens=False).input_ids)
+        ids = prompt_token_ids(request, self.tokenizer)
         limit = self.context_length
         if limit is not None and len(ids) + request.max_new_tokens > limit:
             raise PromptTooLongError(
@@ -436,10 +429,7 @@ class VLLMGenerator:
     def _answer(self, row: Prepared, output: Any) -> CitedAnswer:
         completion = output.outputs[0]
         ids = list(completion.token_ids)
-        text = self.tokenizer.decode(
-            [t for t in ids if t not in self._stop_ids],
-            skip_special_tokens=True, clean_up_tokenization_spaces=False,
-        )
+        text = answer_text(self.tokenizer, ids, self._stop_ids)
         finish: FinishReason = "length" if completion.finish_reason == "length" else "stop"
         return cited_answer(
             row.request, text, finish, prompt_tokens=len(row.prompt_ids), generated_tokens=len(ids)

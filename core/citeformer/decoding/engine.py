@@ -46,6 +46,9 @@ __all__ = [
     "Decoded",
     "DecodingEngine",
     "TransformersEngine",
+    "answer_text",
+    "end_of_sequence_ids",
+    "prompt_token_ids",
     "stop_token_ids",
 ]
 
@@ -121,10 +124,7 @@ class DecodingEngine:
 
     def prepare(self, request: GenerationRequest) -> Prepared:
         """Render and tokenize the prompt, check that it fits, and compile the grammar."""
-        prompt = request.prompt
-        if prompt is None:
-            prompt = render_prompt(request.messages(), self.tokenizer)
-        prompt_ids = list(self.tokenizer(prompt, add_special_tokens=False).input_ids)
+        prompt_ids = prompt_token_ids(request, self.tokenizer)
         self._check_fits(request, len(prompt_ids))
         compiled = (
             self.compile(request.grammar_text(spell_quotes=False)) if request.constrained else None
@@ -156,10 +156,7 @@ class DecodingEngine:
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Answer text of generated token ids: special tokens dropped, spacing as generated."""
-        ids = [t for t in token_ids if t not in self.stop_token_ids]
-        return self.tokenizer.decode(  # type: ignore[no-any-return]
-            ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
-        )
+        return answer_text(self.tokenizer, token_ids, self.stop_token_ids)
 
     def steering(self, row: Prepared) -> RowSteering:
         """The steering of one constrained row: its grammar, quote guard and levers."""
@@ -255,21 +252,47 @@ class TransformersEngine(DecodingEngine):
             processor.seconds if processor is not None else [],
         )
 
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """The ids that end an answer: the generation config's, then the tokenizer's end of sequence."""
+def end_of_sequence_ids(*values: object) -> list[int]:
+    """The ids among ``values`` (each an id, a list of ids or ``None``), in order, each once."""
     ids: list[int] = []
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (configured, tokenizer.eos_token_id):
+    for value in values:
         if isinstance(value, int):
             ids.append(value)
         elif isinstance(value, (list, tuple)):
             ids.extend(int(v) for v in value)
+    return list(dict.fromkeys(ids))
+
+
+def prompt_token_ids(request: GenerationRequest, tokenizer: Any) -> list[int]:
+    """The token ids of the prompt the model is shown.
+
+    The request's own prompt, or its chat messages in the tokenizer's chat template.
+    """
+    prompt = request.prompt
+    if prompt is None:
+        prompt = render_prompt(request.messages(), tokenizer)
+    return list(tokenizer(prompt, add_special_tokens=False).input_ids)
+
+
+def answer_text(tokenizer: Any, token_ids: Sequence[int], stop_ids: Sequence[int]) -> str:
+    """Answer text of generated token ids: stop and special tokens dropped, spacing kept."""
+    stop = set(stop_ids)
+    return tokenizer.decode(  # type: ignore[no-any-return]
+        [t for t in token_ids if t not in stop],
+        skip_special_tokens=True, clean_up_tokenization_spaces=False,
+    )
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The ids that end an answer: the generation config's, then the tokenizer's end of sequence."""
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = end_of_sequence_ids(configured, tokenizer.eos_token_id)
     if not ids:
         raise TokenizerMismatchError(
             "neither the tokenizer nor the model's generation config names an end-of-sequence "
             "token, so the model could never end an answer; set tokenizer.eos_token"
         )
-    return list(dict.fromkeys(ids))
+    return ids
 
 
 def _until_stop(ids: list[int], stop: Sequence[int]) -> list[int]:

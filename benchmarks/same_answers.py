@@ -29,11 +29,11 @@ from citeformer import Policy, build_request  # noqa: E402
 
 
 def record(path: Path, *, max_new_tokens: int, batch_size: int, threads: int,
-           policies: list[str], engine: str) -> None:
+           policies: list[str], engine: str, dtype: str) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    gen = _generator(engine)
+    gen = _generator(engine, dtype)
     answers: dict[str, Any] = {}
     for dataset in DATASETS:
         items = load_dataset(dataset)
@@ -51,7 +51,8 @@ def record(path: Path, *, max_new_tokens: int, batch_size: int, threads: int,
                     "text": answer.text, "finish_reason": answer.finish_reason,
                 }
     path.write_text(json.dumps({
-        "engine": engine, "max_new_tokens": max_new_tokens, "batch_size": batch_size,
+        "engine": engine, "dtype": str(getattr(getattr(gen, "model", None), "dtype", None)),
+        "max_new_tokens": max_new_tokens, "batch_size": batch_size,
         "answers": answers,
     }, indent=1, ensure_ascii=False))
     print(f"wrote {len(answers)} answers to {path}")
@@ -70,11 +71,11 @@ def compare(before: Path, after: Path) -> int:
     return 1 if differ else 0
 
 
-def _generator(engine: str) -> Any:
+def _generator(engine: str, dtype: str) -> Any:
     if engine == "transformers":
         from citeformer import CiteGenerator
 
-        return CiteGenerator.default(progress=False)
+        return CiteGenerator.default(progress=False, dtype=dtype)
     raise SystemExit(f"unknown engine {engine!r}")
 
 
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--threads", type=int, default=2)
     rec.add_argument("--policies", nargs="+", default=[p.value for p in Policy])
     rec.add_argument("--engine", default="transformers")
+    rec.add_argument("--dtype", default="auto",
+                     help="the model's dtype (auto, float32, bfloat16); stored answers: float32")
     cmp = commands.add_parser("compare", help="count the answers that differ")
     cmp.add_argument("before", type=Path)
     cmp.add_argument("after", type=Path)
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare":
         return compare(args.before, args.after)
     record(args.out, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-           threads=args.threads, policies=args.policies, engine=args.engine)
+           threads=args.threads, policies=args.policies, engine=args.engine, dtype=args.dtype)
     return 0
 
 

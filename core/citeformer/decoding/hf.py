@@ -42,14 +42,15 @@ class SteeringLogitsProcessor(LogitsProcessor):
     def __call__(  # noqa: D102
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor
     ) -> torch.FloatTensor:
-        started = time.perf_counter()
         if input_ids.shape[0] != len(self._rows):
             raise InvalidInputError(
                 f"SteeringLogitsProcessor was built for {len(self._rows)} rows but generate() "
                 f"passed {input_ids.shape[0]}; build one processor per batch"
             )
+        # Reading the last tokens waits for the forward pass on a GPU: the clock starts after.
+        last: list[int] = input_ids[:, -1].tolist() if self._started else []
+        started = time.perf_counter()
         if self._started:
-            last: list[int] = input_ids[:, -1].tolist()
             self._live = [i for i in self._live if last[i] not in self._stop]
             for i in self._live:
                 self._rows[i].advance(last[i])

@@ -1,11 +1,12 @@
 """The levers: each one reads the answer so far and moves or removes probability in its logits.
 
-Every lever acts on one answer's row of logits (shape ``[1, vocab]``, in place), after the
-grammar's and the quotes' masks, and reads the answer from the ``AnswerState`` its row keeps: the
-tokens and text written so far, appended once per step and shared by every lever of the row.
-A lever only removes tokens (keeping at least one) or adds finite values, so a token a mask
-removed stays removed: the 1..N guarantee and verbatim quotes are untouched whatever the levers
-do. The settings behind the readability levers are ``citeformer.readability.Readability``;
+Every lever steers one answer, after the grammar's and the quotes' masks: it reads the answer
+from the ``AnswerState`` its row keeps (the tokens and text written so far, appended once per
+step and shared by every lever of the row) and asks the step's ``StepEdits`` to remove tokens
+(keeping at least one) or to add finite values to some; the edits of every row are then made
+together, in a few tensor operations over the batch (``citeformer.decoding.edits``). So a token a
+mask removed stays removed: the 1..N guarantee and verbatim quotes are untouched whatever the
+levers do. The settings behind the readability levers are ``citeformer.readability.Readability``;
 ``EvidenceBias`` is the evidence scorer's (``citeformer.evidence``).
 
 ``levers_for`` lists the levers of one request, in the order they act.
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 
 import torch
 
+from citeformer.decoding.edits import StepEdits, Wanted, WantedReader
 from citeformer.decoding.vocab import WORD, Vocabulary
 from citeformer.evidence.scoring import Evidence, LexicalEvidence, Support, claim_of
 from citeformer.grammar.markers import CLOSED_GROUP, MARKER_LIKE, OPEN_GROUP
@@ -42,6 +44,7 @@ __all__ = [
 ]
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_AFTER_PUNCTUATION = re.compile(rb"[,;:(] ?$")
 # Where the grammar starts a new sentence: after a cite-group and its terminator.
 _SENTENCE_END = re.compile(r"\][.!?]")
 # The end of a word a sentence can be cited after: a letter, digit or closing quote or bracket.
@@ -82,20 +85,26 @@ class Lever:
     """One steering effect on one answer's logits."""
 
     needs_raw = False
-    """Whether ``apply`` reads ``raw``, the model's own scores before any mask."""
+    """Whether ``edit`` reads ``edits.wanted()``, drawn from the model's scores before any mask."""
 
-    def apply(self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None) -> None:
-        """Change ``logits`` (``[1, vocab]``) in place for the answer ``state`` holds."""
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:
+        """Ask ``edits`` for this step's changes to the row of the answer ``state`` holds."""
         raise NotImplementedError
 
+    def apply(
+        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None = None
+    ) -> None:
+        """Steer one row of logits (``[1, vocab]``, in place) alone; ``raw``: its unmasked scores.
 
-def _remove(logits: torch.Tensor, ids: torch.Tensor) -> None:
-    """Remove ``ids`` (-inf), unless that would leave no token at all."""
-    ids = ids.to(logits.device)
-    kept = logits[0, ids].clone()
-    logits[0, ids] = float("-inf")
-    if not torch.isfinite(logits).any():
-        logits[0, ids] = kept
+        What a batch does for every row at once, for one row: for a test, or an engine that
+        steers a row at a time.
+        """
+        edits = StepEdits(self._wanted(raw, logits) if raw is not None else None)
+        self.edit(state, edits)
+        edits.apply(logits)
+
+    def _wanted(self, raw: torch.Tensor, logits: torch.Tensor) -> dict[int, Wanted] | None:
+        return None
 
 
 class EndIntent(Lever):
@@ -126,30 +135,22 @@ class EndIntent(Lever):
         self._threshold = threshold
         self._required = required
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
-        if raw is None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        wanted = edits.wanted()
+        if wanted is None or not wanted.may_open or not 0 < wanted.end_over_open < math.inf:
             return
-        enders = self._vocab.enders.to(logits.device)
-        openers = self._vocab.openers.to(logits.device)
-        allowed_openers = openers[torch.isfinite(logits[0, openers])]
-        if not len(allowed_openers):
-            return
-        probs = torch.softmax(raw[0].float(), dim=-1)
-        p_end = float(probs[enders].sum())
-        p_open = float(probs[allowed_openers].sum())
-        if p_end <= 0 or p_open <= 0:
-            return
-        if self._required:
-            ending_allowed = state.data.endswith(b"]")
-        else:
-            ending_allowed = bool(torch.isfinite(logits[0, enders]).any())
-        moved = self._auto_share(state, p_end) if ending_allowed else p_end
-        if moved > 0:
-            logits[0, allowed_openers] += math.log((p_open + moved) / p_open)
+        ending_allowed = state.data.endswith(b"]") if self._required else wanted.may_end
+        share = self._auto_share(state) if ending_allowed else 1.0
+        if share > 0:
+            # The openers' p_open becomes p_open + share * p_end; a masked one stays masked.
+            edits.add(self._vocab.openers, math.log1p(share * wanted.end_over_open))
 
-    def _auto_share(self, state: AnswerState, p_end: float) -> float:
+    def _wanted(self, raw: torch.Tensor, logits: torch.Tensor) -> dict[int, Wanted]:
+        reader = WantedReader(self._vocab.enders, self._vocab.openers, logits.device)
+        return reader.after(reader.before(raw, [0]), logits, [0])
+
+    def _auto_share(self, state: AnswerState) -> float:
+        """The share of the wish to end that moves to the openers where ending is allowed."""
         if self._support is None or self._threshold is None:
             return 0.0
         text = state.text
@@ -161,7 +162,7 @@ class EndIntent(Lever):
         best = max(self._support.scores(claim))
         if best <= self._threshold:
             return 0.0
-        return p_end * min(1.0, (best - self._threshold) / (1 - self._threshold) * 2)
+        return min(1.0, (best - self._threshold) / (1 - self._threshold) * 2)
 
 
 class CiteAfterWord(Lever):
@@ -171,15 +172,11 @@ class CiteAfterWord(Lever):
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._vocab = vocab
+        self._glued = vocab.glued_openers
+        self._all = torch.cat([vocab.glued_openers, vocab.openers])
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
-        ids = [self._vocab.glued_openers]
-        if re.search(rb"[,;:(] ?$", state.data):
-            ids.append(self._vocab.openers)
-        _remove(logits, torch.cat(ids))
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        edits.remove(self._all if _AFTER_PUNCTUATION.search(state.data) else self._glued)
 
 
 class PeriodAfterMarker(Lever):
@@ -192,34 +189,35 @@ class PeriodAfterMarker(Lever):
     def __init__(self, vocab: Vocabulary) -> None:
         self._loud = vocab.loud_enders
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         if state.data.endswith(b"]"):
-            _remove(logits, self._loud)
+            edits.remove(self._loud)
 
 
 class RepeatBlock(Lever):
-    """Removes tokens that would repeat a token n-gram of the answer; keeps at least one token."""
+    """Removes tokens that would repeat a token n-gram of the answer; keeps at least one token.
+
+    The answer's n-grams are indexed as it grows (each token once), by their first n - 1 tokens.
+    """
 
     def __init__(self, n: int, exempt: frozenset[int]) -> None:
         self._n = n
         self._exempt = exempt
+        self._seen = 0
+        self._next: dict[tuple[int, ...], set[int]] = {}
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         answer, n = state.tokens, self._n
+        for end in range(max(self._seen, n - 1), len(answer)):
+            token = answer[end]
+            if token not in self._exempt:
+                self._next.setdefault(tuple(answer[end - n + 1:end]), set()).add(token)
+        self._seen = len(answer)
         if len(answer) < n - 1:
             return
-        tail = answer[len(answer) - (n - 1):]
-        blocked = {
-            answer[i + n - 1]
-            for i in range(len(answer) - n + 1)
-            if answer[i:i + n - 1] == tail and answer[i + n - 1] not in self._exempt
-        }
+        blocked = self._next.get(tuple(answer[len(answer) - (n - 1):]))
         if blocked:
-            _remove(logits, torch.tensor(sorted(blocked), dtype=torch.long))
+            edits.remove(sorted(blocked))
 
 
 class WordRepeatBlock(Lever):
@@ -238,9 +236,7 @@ class WordRepeatBlock(Lever):
         self._parts = vocab.word_parts
         self._closers = vocab.word_closers - set(stop_ids)  # ending is always allowed
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         text = MARKER_LIKE.sub(" ", state.text)
         words = [w.lower() for w in WORD.findall(text)]
         blocked: set[int] = set()
@@ -259,7 +255,7 @@ class WordRepeatBlock(Lever):
             for word in self._said(words):
                 blocked |= self._writing(word, glued=None)
         if blocked:
-            _remove(logits, torch.tensor(sorted(blocked), dtype=torch.long))
+            edits.remove(sorted(blocked))
 
     def _said(self, words: list[str]) -> set[str]:
         """The words that followed the answer's last ``n - 1`` words where it wrote them before."""
@@ -297,14 +293,20 @@ class NumberCopy(Lever):
         numbers = {m.group(0) for text in texts for m in _NUMBER.finditer(text)}
         self._prefixes = {n[:i] for n in numbers for i in range(1, len(n) + 1)}
         self._numbers = numbers
+        self._bad: dict[str, torch.Tensor] = {}
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         text = state.text
         if text.rfind("[") > text.rfind("]"):
             return  # inside a marker: the grammar chooses its digits
         run = _trailing_number(text)
+        bad = self._bad.get(run)
+        if bad is None:
+            bad = self._bad[run] = self._invented(run)
+        edits.add(bad, -self._penalty)
+
+    def _invented(self, run: str) -> torch.Tensor:
+        """The digit tokens that, after the number ``run`` the answer ends in, write a new one."""
         bad = []
         for token_id, token in zip(
             self._vocab.digit_ids.tolist(), self._vocab.digit_texts, strict=True
@@ -318,9 +320,7 @@ class NumberCopy(Lever):
             if (number in self._numbers) if whole else (number in self._prefixes):
                 continue
             bad.append(token_id)
-        if bad:
-            ids = torch.tensor(bad, dtype=torch.long, device=logits.device)
-            logits[0, ids] -= self._penalty
+        return torch.tensor(bad, dtype=torch.long)
 
 
 class WrapUp(Lever):
@@ -338,15 +338,13 @@ class WrapUp(Lever):
         self._start = max(1, bound - words)
         self._bias = bias
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         sentence = _SENTENCE_END.split(state.text)[-1].lstrip(" ")
         if "[" in sentence or not _ENDS_A_WORD.search(sentence):
             return
         past = sentence.count(" ") + 2 - self._start
         if past > 0:
-            logits[0, self._openers.to(logits.device)] += self._bias * past
+            edits.add(self._openers, self._bias * past)
 
 
 class EndBias(Lever):
@@ -359,19 +357,17 @@ class EndBias(Lever):
     def __init__(
         self, stop_ids: Sequence[int], bias: float, *, every_sentence: bool = False
     ) -> None:
-        self._stop = torch.tensor(list(stop_ids), dtype=torch.long)
+        self._stop = torch.tensor(list(dict.fromkeys(stop_ids)), dtype=torch.long)
         self._bias = bias
         end = r"[.!?]" if every_sentence else r"\]\s*[.!?]"
         self._ends_here = re.compile(end + "$")
         self._ended = re.compile(end + r"(?:\s|$)")
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         text = state.text.rstrip()
         if self._ends_here.search(text):
             ended = len(self._ended.findall(text))
-            logits[0, self._stop.to(logits.device)] += self._bias * ended
+            edits.add(self._stop, self._bias * ended)
 
 
 class EvidenceBias(Lever):
@@ -390,10 +386,9 @@ class EvidenceBias(Lever):
         self._vocab = vocab
         self._claim: str | None = None
         self._best_by_prefix: dict[str, float] = {}
+        self._bias_by_prefix: dict[str, torch.Tensor | None] = {}
 
-    def apply(  # noqa: D102
-        self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None
-    ) -> None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         data = state.data
         opened = data.rfind(b"[")
         if opened < 0:
@@ -404,10 +399,12 @@ class EvidenceBias(Lever):
             match = OPEN_GROUP.search(text)
             if match is not None:
                 self._score(claim_of(text[: match.start()]))
-                bias = self._bias(match.group(1))
+                prefix = match.group(1)
+                if prefix not in self._bias_by_prefix:
+                    self._bias_by_prefix[prefix] = self._bias(prefix)
+                bias = self._bias_by_prefix[prefix]
                 if bias is not None:
-                    ids = self._vocab.id_token_ids.to(logits.device)
-                    logits[:, ids] += bias.to(logits.device, logits.dtype)
+                    edits.add(self._vocab.id_token_ids, bias)
         elif closes == 1 and data.endswith(b"]"):
             text = state.text
             match = CLOSED_GROUP.search(text)
@@ -416,35 +413,43 @@ class EvidenceBias(Lever):
                 best = self._best_by_prefix
                 penalty = best["=" + match.group(1)] - best.get(">" + match.group(1), 0.0)
                 if penalty > 0:
-                    logits[:, self._vocab.openers.to(logits.device)] -= self._weight * penalty
+                    edits.add(self._vocab.openers, -(self._weight * penalty))
 
     def _score(self, claim: str) -> None:
         if claim == self._claim:
             return
         self._claim = claim
         self._best_by_prefix = self._prefix_scores(self._support.scores(claim))
+        self._bias_by_prefix = {}
 
     def _bias(self, prefix: str) -> torch.Tensor | None:
+        # Only tokens whose digits continue ``prefix`` toward an id of a source can score: the
+        # groups of the digit strings that do, each spelled ``prefix + digits``.
         best = self._best_by_prefix
-        values = []
-        vocab = self._vocab
-        for digits, closed, opens in zip(
-            vocab.id_digits, vocab.id_closed, vocab.id_opens, strict=True
-        ):
+        groups = self._vocab.id_groups
+        values = torch.zeros(len(self._vocab.id_digits))
+        scored = False
+        for digits in _continuations(prefix, self._n):
+            if digits not in groups:
+                continue
             spelled = prefix + digits
-            if closed:
-                # The token ends the id: only that exact id, if it is one.
-                score = best.get("=" + spelled) if spelled else None
-                if opens and score is not None:
-                    # ``][`` also commits to citing a second, higher id: worth no more than the
-                    # best of those, so a weaker source is not stacked after a strong one.
-                    score = min(score, best.get(">" + spelled, 0.0))
-            else:
-                score = best.get(spelled)
-            values.append(score if score is not None else 0.0)
-        if not any(values):
+            ends, ends_and_opens, open_ended = groups[digits]
+            exact = best.get("=" + spelled) if spelled else None
+            stacked = None if exact is None else min(exact, best.get(">" + spelled, 0.0))
+            # A token ending the id scores that exact id, if it is one; ``][`` also commits to
+            # citing a second, higher id: worth no more than the best of those, so a weaker
+            # source is not stacked after a strong one.
+            for positions, score in (
+                (ends, exact),
+                (ends_and_opens, stacked),
+                (open_ended, best.get(spelled)),
+            ):
+                if positions and score:
+                    values[positions] = score
+                    scored = True
+        if not scored:
             return None
-        return torch.tensor(values) * self._weight
+        return values * self._weight
 
     def _prefix_scores(self, scores: Sequence[float]) -> dict[str, float]:
         # "12" -> best score of the ids spelled 12...; "=12" -> the score of id 12 itself;
@@ -464,6 +469,17 @@ class EvidenceBias(Lever):
                 key = spelled[:end]
                 best[key] = max(best.get(key, 0.0), shifted)
         return best
+
+
+def _continuations(prefix: str, n: int) -> set[str]:
+    """The digit strings that, after ``prefix``, begin or complete an id in 1..n."""
+    found: set[str] = set()
+    for number in range(1, n + 1):
+        spelled = str(number)
+        if spelled.startswith(prefix):
+            rest = spelled[len(prefix):]
+            found.update(rest[:end] for end in range(len(rest) + 1))
+    return found
 
 
 def _trailing_number(text: str) -> str:

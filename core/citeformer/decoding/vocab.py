@@ -83,6 +83,26 @@ class Vocabulary:
         """Whether the id token also opens the next marker of the group (``][``)."""
 
     @cached_property
+    def id_groups(self) -> dict[str, tuple[list[int], list[int], list[int]]]:
+        """The id tokens by their leading digits, as positions in ``id_token_ids``.
+
+        Per digit string: the tokens that end the id, those that end it and open the next marker
+        (``][``), and those that do not end it.
+        """
+        groups: dict[str, tuple[list[int], list[int], list[int]]] = {}
+        for position, (digits, closed, opens) in enumerate(
+            zip(self.id_digits, self.id_closed, self.id_opens, strict=True)
+        ):
+            ends, ends_and_opens, open_ended = groups.setdefault(digits, ([], [], []))
+            if not closed:
+                open_ended.append(position)
+            elif opens:
+                ends_and_opens.append(position)
+            else:
+                ends.append(position)
+        return groups
+
+    @cached_property
     def texts(self) -> list[str]:
         """Every token's text (bytes decoded, a broken character replaced)."""
         return [raw.decode("utf-8", errors="replace") for raw in self.token_bytes]

@@ -6,6 +6,7 @@ import torch
 import xgrammar as xgr
 
 from citeformer import CiteGenerator, Policy
+from citeformer.decoding.edits import StepEdits
 from citeformer.decoding.hf import SteeringLogitsProcessor
 from citeformer.decoding.levers import AnswerState, Lever
 from citeformer.decoding.steering import RowSteering
@@ -19,8 +20,7 @@ class Recorder(Lever):
     def __init__(self, seen: list[list[int]]) -> None:
         self.seen = seen
 
-    def apply(self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None) -> None:
-        assert logits.shape[0] == 1
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:
         self.seen.append(list(state.tokens))
 
 

@@ -1,0 +1,210 @@
+"""What the steering adds to a decode step, beside a model fast enough to show it.
+
+    python benchmarks/steering_speed.py --label after [--sections steps end_to_end memory]
+
+``steps``: a random-weight two-layer Llama with the embedded model's widths and real tokenizer
+(a stand-in for a GPU step: its forward pass is a few milliseconds where the 30-layer model's is
+hundreds) decodes greedy answers to the technical set's held-out questions under REQUIRED with
+the default levers, at batch 1, 8 and 32. Per step: the steering's own wall time (the logits
+processor's, median and p99) and the whole step's, steered and plain (``constrained=False``);
+added = steered step - plain step.
+
+``end_to_end``: 8 technical questions with the longest prompts (560-1,000 tokens), answered with
+the default ``generate_batch`` (the default dtype, the steering) and by a plain float32
+transformers ``generate`` batch of the same model and prompts (no grammar, no levers), 100 new
+tokens, best of 2.
+
+``memory``: peak RSS of a child process answering a batch of 32 technical questions with the
+embedded model (REQUIRED, 100 new tokens), beside the same process before the batch.
+
+Each section merges its numbers under ``--label`` into benchmarks/results/steering_speed.json,
+so a run before a change and one after sit side by side. Torch runs on ``--threads`` threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE)]
+
+import torch  # noqa: E402
+from citebench.data import Item, load_dataset  # noqa: E402
+from citebench.metrics import quantiles  # noqa: E402
+
+from citeformer import CiteGenerator, build_request  # noqa: E402
+from citeformer.decoding.engine import TransformersEngine, prompt_token_ids  # noqa: E402
+
+OUT = HERE / "results" / "steering_speed.json"
+SECTIONS = ("steps", "end_to_end", "memory")
+
+
+def held_out(count: int) -> list[Item]:
+    items = [i for i in load_dataset("technical") if i.split != "dev"]
+    return (items * (count // len(items) + 1))[:count]
+
+
+def stand_in(tokenizer: Any, config: Any) -> Any:
+    """A random two-layer Llama with the widths of ``config``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    small = LlamaConfig(**{**config.to_dict(), "num_hidden_layers": 2})
+    torch.manual_seed(0)
+    return LlamaForCausalLM(small).eval()
+
+
+def step_times(engine: TransformersEngine, items: list[Item], tokens: int) -> dict[str, Any]:
+    """Per-step wall times of one batch, steered and plain, over ``items``."""
+    result: dict[str, Any] = {}
+    for arm in ("plain", "steered"):
+        rows = [
+            engine.prepare(build_request(
+                item.question, item.sources(), max_new_tokens=tokens,
+                constrained=arm == "steered",
+            ))
+            for item in items
+        ]
+        stamps: list[float] = []
+        engine.run(rows[:1])  # warm the kernels
+        streamer = _Clock(stamps)
+        decoded = engine.run(rows, streamer=streamer)
+        steps = [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]  # decode steps
+        result[arm] = {
+            "step_ms": _ms(steps),
+            "steering_ms": _ms(decoded.step_seconds[1:]),
+            "tokens": sum(len(ids) for ids in decoded.ids),
+        }
+    steps = {arm: result[arm]["step_ms"]["median"] for arm in ("plain", "steered")}
+    result["added_ms"] = steps["steered"] - steps["plain"]
+    return result
+
+
+class _Clock:
+    """A streamer that notes the time of each step (the prompt's put, then one per token)."""
+
+    def __init__(self, stamps: list[float]) -> None:
+        self._stamps = stamps
+
+    def put(self, value: Any) -> None:
+        self._stamps.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def _ms(seconds: list[float]) -> dict[str, Any]:
+    found = quantiles([s * 1000 for s in seconds])
+    return {key: found[key] for key in ("n", "median", "p99") if key in found}
+
+
+def steps_section(tokens: int) -> dict[str, Any]:
+    gen = CiteGenerator.default(progress=False, dtype="float32")
+    model = stand_in(gen.tokenizer, gen.model.config)
+    engine = TransformersEngine(model, gen.tokenizer)
+    found: dict[str, Any] = {}
+    for batch in (1, 8, 32):
+        found[str(batch)] = step_times(engine, held_out(batch), tokens)
+        line = found[str(batch)]
+        print(f"batch {batch:>2}: steering {line['steered']['steering_ms']['median']:.2f} ms/step "
+              f"(p99 {line['steered']['steering_ms']['p99']:.2f}); step plain "
+              f"{line['plain']['step_ms']['median']:.2f}, steered "
+              f"{line['steered']['step_ms']['median']:.2f}, added {line['added_ms']:.2f} ms",
+              flush=True)
+    return found
+
+
+def end_to_end_section(tokens: int) -> dict[str, Any]:
+    default = CiteGenerator.default(progress=False)
+    tokenizer = default.tokenizer
+    items = [i for i in load_dataset("technical") if i.split != "dev"]
+    requests = [build_request(i.question, i.sources(), max_new_tokens=tokens) for i in items]
+    sized = sorted(zip(requests, items, strict=True),
+                   key=lambda pair: -len(prompt_token_ids(pair[0], tokenizer)))[:8]
+    chosen = [item for _, item in sized]
+    lengths = [len(prompt_token_ids(r, tokenizer)) for r, _ in sized]
+    plain = CiteGenerator.default(progress=False, dtype="float32")
+    plain_rows = [plain.engine.prepare(r.replace(constrained=False)) for r, _ in sized]
+
+    def run_default() -> None:
+        default.generate_batch([i.question for i in chosen], [i.sources() for i in chosen],
+                               max_new_tokens=tokens, batch_size=8)
+
+    def run_plain() -> None:
+        plain.engine.run(plain_rows)
+
+    seconds = {"default": _best(run_default), "plain_float32": _best(run_plain)}
+    speedup = seconds["plain_float32"] / seconds["default"]
+    print(f"end to end, 8 prompts of {min(lengths)}-{max(lengths)} tokens: default "
+          f"{seconds['default']:.2f} s ({default.model.dtype}), plain float32 "
+          f"{seconds['plain_float32']:.2f} s: {speedup:.2f}x", flush=True)
+    return {"prompt_tokens": lengths, "seconds": seconds, "speedup": speedup,
+            "default_dtype": str(default.model.dtype)}
+
+
+def _best(run: Any, tries: int = 2) -> float:
+    times = []
+    for _ in range(tries):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def memory_section(tokens: int, threads: int) -> dict[str, Any]:
+    output = subprocess.run(
+        [sys.executable, __file__, "--memory-child", "--tokens", str(tokens),
+         "--threads", str(threads)],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    found: dict[str, Any] = json.loads(output.splitlines()[-1])
+    print(f"batch of 32: peak RSS {found['peak_mb']:.0f} MB, {found['added_mb']:.0f} MB over "
+          "the loaded model", flush=True)
+    return found
+
+
+def memory_child(tokens: int) -> None:
+    gen = CiteGenerator.default(progress=False)
+    items = held_out(32)
+    gen.generate(items[0].question, items[0].sources(), max_new_tokens=2)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    gen.generate_batch([i.question for i in items], [i.sources() for i in items],
+                       max_new_tokens=tokens, batch_size=32)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"peak_mb": peak, "added_mb": peak - before, "dtype": str(gen.model.dtype)}))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--label", default="current")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--tokens", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.memory_child:
+        memory_child(args.tokens)
+        return
+    stored: dict[str, Any] = json.loads(OUT.read_text()) if OUT.exists() else {}
+    entry = stored.setdefault(args.label, {})
+    for section in args.sections:
+        if section == "steps":
+            found = steps_section(args.tokens)
+        elif section == "end_to_end":
+            found = end_to_end_section(args.tokens)
+        else:
+            found = memory_section(args.tokens, args.threads)
+        entry[section] = {"threads": args.threads, **found}
+        OUT.write_text(json.dumps(stored, indent=1) + "\n")
+    print(f"wrote {OUT} [{args.label}]")
+
+
+if __name__ == "__main__":
+    main()

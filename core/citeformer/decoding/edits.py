@@ -1,0 +1,231 @@
+"""One step's lever changes over a whole batch, applied in a few tensor operations.
+
+A lever never touches the logits itself: for the row being steered it asks ``StepEdits`` to
+remove tokens (``remove``, keeping at least one) or to add finite values to some (``add``), and
+reads what the model wanted before the masks (``wanted``). Once every row's levers have spoken,
+``apply`` makes all the removals in one indexed write and the additions in one indexed write per
+round (a row's first additions, then its second, ...), so each logit receives its additions in
+the order its row's levers made them and the floats come out as if each lever had written its
+own. Index tensors are built on the host and sent to the logits' device once per write; the
+logits never leave it.
+
+``Wanted`` is the model's own choice between ending a sentence and opening a marker, from the
+scores before any mask, read for every row that asks at once (``WantedReader``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["StepEdits", "Wanted", "WantedReader"]
+
+_NEG = float("-inf")
+
+Ids = torch.Tensor | np.ndarray | Sequence[int]
+"""Token ids: a CPU tensor, an array or a list."""
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What the model's unmasked scores put on ending and citing, for one row."""
+
+    end_over_open: float
+    """The probability of the tokens that begin with a sentence terminator over that of the
+    marker openers the masks still allow (``inf`` where they allow none)."""
+    may_open: bool
+    """Whether the masks allow any marker opener."""
+    may_end: bool
+    """Whether the masks allow any sentence-ending token."""
+
+
+class StepEdits:
+    """The removals and additions the levers ask for at one step, for every row of a batch.
+
+    ``row`` is the logits row now being steered; set it before calling that row's levers.
+    ``wanted``: per row, what the model wanted (rows whose levers read the model's scores).
+    ``allowed``: per row, how many tokens the masks left, where known; a row whose removals
+    number fewer cannot be emptied by them and is not checked.
+    """
+
+    def __init__(
+        self, wanted: dict[int, Wanted] | None = None, allowed: dict[int, int] | None = None
+    ) -> None:
+        self.row = 0
+        self._wanted = wanted or {}
+        self._allowed = allowed or {}
+        self._removals: list[tuple[int, np.ndarray]] = []
+        # (the row's how-many-th addition, row, ids, value)
+        self._additions: list[tuple[int, int, np.ndarray, np.ndarray | float]] = []
+        self._added: dict[int, int] = {}
+
+    def remove(self, ids: Ids) -> None:
+        """Remove ``ids`` from this row (-inf), unless that would leave no token at all."""
+        found = _as_ids(ids)
+        if found.shape[0]:
+            self._removals.append((self.row, found))
+
+    def add(self, ids: Ids, value: torch.Tensor | float) -> None:
+        """Add ``value`` (one float, or one per id) to the logits of ``ids`` in this row.
+
+        ``ids`` must not repeat an id; a removed token stays removed.
+        """
+        found = _as_ids(ids)
+        if found.shape[0]:
+            count = self._added.get(self.row, 0)
+            amount = value.to(torch.float32).numpy() if isinstance(value, torch.Tensor) else value
+            self._additions.append((count, self.row, found, amount))
+            self._added[self.row] = count + 1
+
+    def wanted(self) -> Wanted | None:
+        """What the model wanted at this row, or ``None`` where its scores were not read."""
+        return self._wanted.get(self.row)
+
+    def mark(self) -> tuple[int, int]:
+        """A point to ``rollback`` to (the edits so far)."""
+        return len(self._removals), len(self._additions)
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Forget the edits made after ``mark`` (a lever of the row ``row`` failed)."""
+        removals, additions = mark
+        del self._removals[removals:]
+        del self._additions[additions:]
+        self._added[self.row] = sum(1 for _, row, _, _ in self._additions if row == self.row)
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Make every edit asked for in ``logits`` (``[rows, vocab]``, in place)."""
+        if self._removals:
+            self._apply_removals(logits)
+        if self._additions:
+            self._apply_additions(logits)
+
+    def _apply_additions(self, logits: torch.Tensor) -> None:
+        # One accumulating write, ordered by each row's first additions, then its second, ...: a
+        # logit two levers raise gets them in the order the levers acted (on a CPU the write
+        # adds its duplicates in order), so the floats are those of one write per lever.
+        additions = sorted(self._additions, key=lambda addition: addition[0])
+        lengths = np.array([ids.shape[0] for _, _, ids, _ in additions])
+        r = np.repeat(np.array([row for _, row, _, _ in additions]), lengths)
+        c = np.concatenate([ids for _, _, ids, _ in additions])
+        values = [value for *_, value in additions]
+        if not any(isinstance(value, np.ndarray) for value in values):
+            v = np.repeat(np.array(values, dtype=np.float32), lengths)
+        else:
+            v = np.concatenate([
+                value if isinstance(value, np.ndarray) else np.full(length, value, np.float32)
+                for value, length in zip(values, lengths.tolist(), strict=True)
+            ])
+        logits.index_put_(
+            _indices(logits, r, c), _to(logits, v).to(logits.dtype), accumulate=True
+        )
+
+    def _apply_removals(self, logits: torch.Tensor) -> None:
+        lengths = np.array([ids.shape[0] for _, ids in self._removals])
+        rows = np.array([row for row, _ in self._removals])
+        r, c = _indices(
+            logits, np.repeat(rows, lengths), np.concatenate([ids for _, ids in self._removals])
+        )
+        removed: dict[int, int] = {}
+        for row, count in zip(rows.tolist(), lengths.tolist(), strict=True):
+            removed[row] = removed.get(row, 0) + count
+        doubtful = sorted(
+            row for row, count in removed.items()
+            if row not in self._allowed or count >= self._allowed[row]
+        )
+        if not doubtful:
+            logits[r, c] = _NEG
+            return
+        kept = logits[r, c]
+        logits[r, c] = _NEG
+        best = logits.amax(-1).tolist()  # one read of the batch, no copy
+        emptied = {row for row in doubtful if best[row] == _NEG}
+        if not emptied:
+            return
+        # A row the removals together would empty: undo them, then make them one by one, each
+        # only where it leaves a token (as levers acting in turn would).
+        undo = torch.isin(r, torch.tensor(sorted(emptied), device=r.device))
+        logits[r[undo], c[undo]] = kept[undo]
+        for row, ids in self._removals:
+            if row in emptied:
+                line, where = logits[row], _to(logits, ids)
+                before = line[where].clone()
+                line[where] = _NEG
+                if not torch.isfinite(line).any():
+                    line[where] = before
+
+
+class WantedReader:
+    """Reads ``Wanted`` for a batch's rows: two small gathers, none of the whole vocabulary.
+
+    ``before`` the masks, the scores of the sentence enders and marker openers; ``after`` them,
+    which of those are still allowed; ``Wanted`` is computed from both on the host. Only the ratio
+    of the two probabilities is used, so the softmax's normalizer is never needed.
+    """
+
+    def __init__(self, enders: torch.Tensor, openers: torch.Tensor, device: torch.device) -> None:
+        self._ids = torch.cat([enders, openers]).to(device)[None, :]
+        self._split = len(enders)
+        self._rows: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def before(self, logits: torch.Tensor, rows: Sequence[int]) -> np.ndarray:
+        """The enders' and openers' scores in ``rows``, before any mask."""
+        return logits[self._index(rows), self._ids].float().cpu().numpy()
+
+    def _index(self, rows: Sequence[int]) -> torch.Tensor:
+        key = tuple(rows)
+        index = self._rows.get(key)
+        if index is None:
+            if len(self._rows) > 64:  # one reader serves every loop of its Steering: bounded
+                self._rows.clear()
+            index = self._rows[key] = torch.tensor(key, device=self._ids.device)[:, None]
+        return index
+
+    def after(
+        self, raw: np.ndarray, logits: torch.Tensor, rows: Sequence[int]
+    ) -> dict[int, Wanted]:
+        """``Wanted`` for ``rows``, from their scores ``before`` and the masked ``logits``."""
+        finite = torch.isfinite(logits[self._index(rows), self._ids]).cpu().numpy()
+        split = self._split
+        allowed_open = np.where(finite[:, split:], raw[:, split:], -np.inf)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # log(p_end / p_open): the normalizer cancels out.
+            log_ratio = _logsumexp(raw[:, :split]) - _logsumexp(allowed_open)
+        may_open: list[bool] = np.any(finite[:, split:], axis=1).tolist()
+        may_end: list[bool] = np.any(finite[:, :split], axis=1).tolist()
+        return {
+            row: Wanted(_exp(ratio), bool(opens), bool(ends))
+            for row, ratio, opens, ends in zip(
+                rows, log_ratio.tolist(), may_open, may_end, strict=True
+            )
+        }
+
+
+def _logsumexp(scores: np.ndarray) -> np.ndarray:
+    top = scores.max(axis=1)
+    finite_top = np.where(np.isfinite(top), top, 0.0)
+    summed: np.ndarray = np.log(np.exp(scores - finite_top[:, None]).sum(axis=1)) + finite_top
+    return summed
+
+
+def _exp(value: float) -> float:
+    if math.isnan(value):
+        return math.inf
+    return math.exp(value) if value < 700 else math.inf
+
+
+def _as_ids(ids: Ids) -> np.ndarray:
+    if isinstance(ids, torch.Tensor):
+        return ids.numpy()
+    return np.asarray(ids, dtype=np.int64)
+
+
+def _to(logits: torch.Tensor, array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(array).to(logits.device, non_blocking=True)
+
+
+def _indices(logits: torch.Tensor, rows: np.ndarray, ids: np.ndarray) -> tuple[torch.Tensor, ...]:
+    return _to(logits, rows.astype(np.int64)), _to(logits, ids.astype(np.int64, copy=False))

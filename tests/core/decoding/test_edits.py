@@ -1,0 +1,185 @@
+"""One step's edits over a batch: the same logits as each lever writing its own, row by row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import xgrammar as xgr
+
+from citeformer.decoding.edits import StepEdits, WantedReader
+from citeformer.decoding.levers import (
+    AnswerState,
+    CiteAfterWord,
+    EndBias,
+    EndIntent,
+    Lever,
+    NumberCopy,
+    PeriodAfterMarker,
+    RepeatBlock,
+    WordRepeatBlock,
+    WrapUp,
+)
+from citeformer.decoding.steering import _apply_bitmask
+from citeformer.decoding.vocab import Vocabulary
+
+VOCAB = [
+    b"<eos>", b"Paris", b" is", b" [", b"[", b"1", b"]", b".", b".\n", b",", b" in", b"8",
+    b"9", b" 18", b"7", b"!", b" the", b" ", b" capital", b" France",
+]
+TOKENS = Vocabulary(VOCAB)
+TOKEN = {raw.decode(): index for index, raw in enumerate(VOCAB)}
+NEG = float("-inf")
+
+ANSWERS = [
+    ("Paris", " is", " the", " capital", " is", " the"),
+    ("Paris", " is", " 18", ","),
+    ("Paris", " [", "1", "]"),
+    ("Paris", " is", " the", " capital", " [", "1", "]", ".", " Paris", " is"),
+]
+
+
+def levers() -> list[Lever]:
+    return [
+        EndIntent(TOKENS, required=True),
+        CiteAfterWord(TOKENS),
+        PeriodAfterMarker(TOKENS),
+        NumberCopy(TOKENS, ["Paris is 18 km wide."], 2.0),
+        RepeatBlock(2, TOKENS.exempt),
+        WordRepeatBlock(3, TOKENS, [0]),
+        WrapUp(TOKENS, 4, 2, 0.5),
+        EndBias([0], 1.5),
+    ]
+
+
+def state_of(answer: tuple[str, ...]) -> AnswerState:
+    state = AnswerState(TOKENS.token_bytes)
+    for text in answer:
+        state.append(TOKEN[text.strip()] if text.strip() == "Paris" else TOKEN[text])
+    return state
+
+
+def masked_scores(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random scores and the same after a mask that leaves a few tokens in some rows."""
+    generator = torch.Generator().manual_seed(3)
+    raw = torch.randn(rows, len(VOCAB), generator=generator) * 3
+    masked = raw.clone()
+    masked[1, 5:] = NEG  # few tokens left: removals may empty the row
+    masked[2, [TOKEN[" the"], TOKEN[" capital"]]] = NEG
+    return raw, masked
+
+
+def one_lever_at_a_time(
+    answer: tuple[str, ...], raw: torch.Tensor, masked: torch.Tensor
+) -> list[float]:
+    """Each lever writing its own row in turn: what the steering did before the batch edits."""
+    out = masked.clone()
+    state = state_of(answer)
+    for lever in levers():
+        lever.apply(state, out, raw)
+    return out[0].tolist()  # type: ignore[no-any-return]
+
+
+def test_a_batch_of_edits_equals_each_lever_on_its_own_row() -> None:
+    raw, masked = masked_scores(len(ANSWERS))
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device)
+    rows = list(range(len(ANSWERS)))
+    edits = StepEdits(reader.after(reader.before(raw, rows), masked, rows))
+    out = masked.clone()
+    for row, answer in enumerate(ANSWERS):
+        edits.row = row
+        state = state_of(answer)
+        for lever in levers():
+            lever.edit(state, edits)
+    edits.apply(out)
+    for row, answer in enumerate(ANSWERS):
+        expected = one_lever_at_a_time(answer, raw[row : row + 1], masked[row : row + 1])
+        assert out[row].tolist() == expected, (row, answer)
+
+
+def test_removals_keep_a_token_as_levers_acting_in_turn_would() -> None:
+    scores = torch.full((2, len(VOCAB)), NEG)
+    scores[:, [1, 2, 3]] = 1.0
+    edits = StepEdits(allowed={0: 3})
+    edits.row = 0
+    edits.remove([1])
+    edits.remove([2, 3])  # with the first, nothing is left: this one is not made
+    edits.row = 1
+    edits.remove([1, 2])
+    edits.remove([3])  # the second would empty the row
+    edits.apply(scores)
+    assert torch.isfinite(scores[0]).tolist() == [i in (2, 3) for i in range(len(VOCAB))]
+    assert torch.isfinite(scores[1]).tolist() == [i == 3 for i in range(len(VOCAB))]
+
+
+def test_additions_reach_each_logit_in_the_order_the_levers_made_them() -> None:
+    scores = torch.zeros(1, 4)
+    edits = StepEdits()
+    edits.add([1, 2], 1e8)
+    edits.add([1], -1e8)
+    edits.add([1, 3], torch.tensor([1.0, 5.0]))
+    edits.apply(scores)
+    # In float32, 1e8 + 1 is 1e8: only this order leaves the 1.
+    one = torch.zeros(1)
+    for value in (1e8, -1e8, 1.0):
+        one += value
+    assert scores[0].tolist() == [0.0, one.item(), 1e8, 5.0] and one.item() == 1.0
+
+
+def test_a_failed_rows_edits_are_forgotten() -> None:
+    scores = torch.zeros(2, 4)
+    edits = StepEdits()
+    edits.row = 0
+    edits.add([0], 1.0)
+    edits.row = 1
+    mark = edits.mark()
+    edits.add([1], 1.0)
+    edits.remove([2])
+    edits.rollback(mark)
+    edits.add([3], 2.0)
+    edits.apply(scores)
+    assert scores.tolist() == [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]]
+
+
+def test_what_the_model_wanted_is_the_ratio_of_ending_to_allowed_openers() -> None:
+    raw = torch.zeros(1, len(VOCAB))
+    raw[0, TOKEN["."]] = 2.0
+    masked = raw.clone()
+    masked[0, TOKEN["["]] = NEG  # " [" stays
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device)
+    (wanted,) = reader.after(reader.before(raw, [0]), masked, [0]).values()
+    p = torch.softmax(raw[0], -1)
+    expected = float(p[TOKENS.enders].sum() / p[TOKEN[" ["]])
+    assert wanted.end_over_open == pytest.approx(expected, rel=1e-6)
+    assert wanted.may_open and wanted.may_end
+    masked[0, TOKENS.openers] = NEG
+    (closed,) = reader.after(reader.before(raw, [0]), masked, [0]).values()
+    assert not closed.may_open
+
+
+@pytest.mark.parametrize("width", [64, 70, 49152])
+def test_the_cpu_bitmask_equals_xgrammars_kernel(width: int) -> None:
+    generator = torch.Generator().manual_seed(width)
+    bitmask = torch.randint(-2**31, 2**31 - 1, (4, (width + 31) // 32), dtype=torch.int32,
+                            generator=generator)
+    bitmask[2] = -1  # a row that keeps everything
+    bitmask[3] = 0
+    bitmask[3, 0] = 5  # and one that keeps two tokens
+    scores = torch.randn(4, width, generator=generator)
+    for indices in ([0, 1, 2, 3], [1, 3], [2]):  # the last: few forbidden, xgrammar's kernel
+        ours, theirs = scores.clone(), scores.clone()
+        counts = _apply_bitmask(ours, bitmask, indices)
+        xgr.apply_token_bitmask_inplace(theirs, bitmask, indices=indices)
+        assert torch.equal(ours, theirs)
+        assert counts == {i: int(torch.isfinite(ours[i]).sum()) for i in indices}
+
+
+def test_ids_may_be_a_list_a_tensor_or_an_array() -> None:
+    scores = torch.zeros(1, 5)
+    edits = StepEdits()
+    edits.remove([0])
+    edits.remove(torch.tensor([1]))
+    edits.remove(np.array([2]))
+    edits.add([], 3.0)  # nothing to do
+    edits.apply(scores)
+    assert scores[0].tolist() == [NEG, NEG, NEG, 0.0, 0.0]

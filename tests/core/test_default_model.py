@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -282,6 +283,27 @@ def test_tokenizer_wider_than_the_model_is_refused(default_generator: CiteGenera
 def test_default_is_shared_and_cached_on_disk(default_generator: CiteGenerator) -> None:
     assert CiteGenerator.default(progress=False) is default_generator
     assert list((cache_dir() / "models").glob("SmolLM2-135M-Instruct-*/model.safetensors"))
+
+
+@integration
+def test_the_default_dtype_is_bfloat16_where_the_cpu_computes_it(
+    default_generator: CiteGenerator,
+) -> None:
+    from citeformer.decoding.precision import DTYPE_ENV, cpu_computes_bfloat16
+
+    if os.environ.get(DTYPE_ENV):
+        pytest.skip(f"{DTYPE_ENV} is set")
+    native = torch.bfloat16 if cpu_computes_bfloat16() else torch.float32
+    assert default_generator.model.dtype is native
+    full = CiteGenerator.default(progress=False, dtype="float32")
+    assert full.model.dtype is torch.float32 and full is not default_generator
+    assert CiteGenerator.default(progress=False, dtype="float32") is full
+    # Both read one cache folder of float32 weights; the same greedy answer starts alike.
+    question, sources = "When was the Eiffel Tower completed?", [
+        "The Eiffel Tower was completed on 31 March 1889.", "Paris is the capital of France."]
+    texts = [g.generate(question, sources, max_new_tokens=12).text
+             for g in (full, default_generator)]
+    assert all(text.startswith("The Eiffel Tower") for text in texts), texts
 
 
 @integration

@@ -128,3 +128,46 @@ def test_a_tokenizer_wider_than_the_logits_is_refused() -> None:
     model.config.vocab_size = len(tokenizer) - 1
     with pytest.raises(TokenizerMismatchError, match="cannot be aligned"):
         CiteGenerator(model, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny random Llama saved as an HF folder, in float32."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, eos_token_id=tokenizer.eos_token_id,
+    )
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", torch.float16])
+def test_from_pretrained_loads_the_dtype_asked_for(saved_model: str, dtype: object) -> None:
+    gen = CiteGenerator.from_pretrained(saved_model, dtype=dtype, device="cpu")
+    expected = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(dtype, dtype)  # type: ignore[call-overload]
+    assert gen.model.dtype is expected and gen.model.device.type == "cpu"
+    answer = gen.generate(QUESTION, SOURCES, max_new_tokens=8)
+    assert not scan_markers(answer.text, len(SOURCES)).fabricated
+
+
+def test_from_pretrained_auto_follows_the_cpu(
+    saved_model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from citeformer.decoding import precision
+
+    monkeypatch.delenv(precision.DTYPE_ENV, raising=False)
+    for native, expected in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(precision, "cpu_computes_bfloat16", lambda native=native: native)
+        assert CiteGenerator.from_pretrained(saved_model, device="cpu").model.dtype is expected
+
+
+def test_from_pretrained_refuses_bad_placement(saved_model: str) -> None:
+    with pytest.raises(InvalidInputError, match="pass device .* or device_map .*, not both"):
+        CiteGenerator.from_pretrained(saved_model, device="cpu", device_map="auto")
+    with pytest.raises(InvalidInputError, match="dtype 'float64' is not one citeformer loads"):
+        CiteGenerator.from_pretrained(saved_model, dtype="float64")

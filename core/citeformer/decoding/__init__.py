@@ -7,9 +7,11 @@ The modules::
     batching      which requests decode together (Prepared rows, decoding keys, bad rows)
     steering      the steering core: grammar masks, quote guard and levers over a batch of logits
     levers        the readability and evidence levers, over one answer's state
+    edits         one step's lever changes over the whole batch, in a few tensor writes
     quote_guard   the verbatim quote guard, a byte-level automaton over the answer
     vocab         one table of token classes per vocabulary
     hf            the steering core as a transformers logits processor
+    precision     the dtype and device a model runs in when the user does not say
 
 The steering core knows no engine: ``hf`` plugs it into transformers' ``generate``,
 ``citeformer.vllm`` into vLLM and ``citeformer.llama_cpp`` into llama-cpp-python. Names load

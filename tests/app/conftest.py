@@ -1,4 +1,5 @@
-"""Fixtures of the command-line tests: a folder of documents and a toy embedder."""
+"""Fixtures of the command-line tests: a folder of documents, a toy embedder, a cache of their
+own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,18 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "docs"
 def toy_embed(texts: Sequence[str]) -> list[list[float]]:
     """A deterministic bag-of-letters embedder: no model needed."""
     return [[t.lower().count(c) for c in "abcdefghijklmnopqrstuvwxyz"] for t in texts]
+
+
+@pytest.fixture(autouse=True)
+def _cache_of_its_own(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each unit test keeps citeformer's cache (the index cache) in a folder of its own, never
+    the user's. Integration tests keep the real one: their subprocesses load the embedded model
+    from it."""
+    if request.node.get_closest_marker("integration") is None:
+        monkeypatch.setenv("CITEFORMER_CACHE", str(tmp_path_factory.mktemp("cache")))
 
 
 @pytest.fixture

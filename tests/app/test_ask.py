@@ -15,7 +15,7 @@ from tests.app.conftest import toy_embed
 
 
 def services_of(generator: FakeGenerator, warnings: list[str] | None = None) -> Services:
-    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+    def load(model: str | None, *, progress: bool, **_: object) -> AnswerGenerator:
         return generator
 
     return Services(load_model=load, embed=toy_embed,

@@ -44,7 +44,7 @@ class BatchingFake(FakeGenerator):
 
 
 def services(generator: AnswerGenerator, warnings: list[str] | None = None) -> Services:
-    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+    def load(model: str | None, *, progress: bool, **_: object) -> AnswerGenerator:
         return generator
 
     return Services(load_model=load, embed=toy_embed,
@@ -103,6 +103,27 @@ def test_retrieval_runs_per_question(docs, tmp_path, capsys) -> None:
     assert [a["sources"][0]["path"].rsplit("/", 1)[1] for a in answers] == [
         "paris.md", "berlin.txt",
     ]
+
+
+def test_a_second_run_embeds_only_the_questions(docs, tmp_path, capsys) -> None:
+    embedded: list[str] = []
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        embedded.extend(texts)
+        return toy_embed(texts)
+
+    fake = BatchingFake("It is Paris [1].")
+    path = questions_file(tmp_path, QUESTIONS)
+    argv = ["ask", "--questions", str(path), "--docs", str(docs), "-q"]
+    many = Services(load_model=lambda model, **_: fake, embed=embed)
+    first = run(capsys, *argv, services=many)
+    assert len(embedded) == 2 + len(QUESTIONS)  # two documents of one passage each
+    embedded.clear()
+    assert run(capsys, *argv, services=many) == first
+    assert embedded == QUESTIONS
+    embedded.clear()
+    run(capsys, *argv, "--no-index-cache", services=many)
+    assert len(embedded) == 2 + len(QUESTIONS)
 
 
 def test_a_generator_without_answer_batch_answers_one_by_one(docs, tmp_path, capsys) -> None:
@@ -168,7 +189,7 @@ def test_a_failing_row_is_answered_alone_and_the_others_keep_their_answers(
 
 
 def test_only_bad_lines_load_no_model(docs, tmp_path, capsys) -> None:
-    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+    def load(model: str | None, *, progress: bool, **_: object) -> AnswerGenerator:
         raise AssertionError("nothing to answer, so no model")
 
     path = questions_file(tmp_path, ["{oops"], name="q.jsonl")
@@ -206,7 +227,7 @@ def test_output_onto_the_questions_file_is_refused(docs, tmp_path, capsys) -> No
     ],
 )
 def test_unusable_files_exit_2_before_any_model(docs, tmp_path, capsys, argv, message) -> None:
-    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+    def load(model: str | None, *, progress: bool, **_: object) -> AnswerGenerator:
         raise AssertionError("checked before loading")
 
     path = questions_file(tmp_path, QUESTIONS[:1])

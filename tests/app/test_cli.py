@@ -27,6 +27,8 @@ class Harness:
     def __init__(self) -> None:
         self.generator = self.script(ANSWER)
         self.loads: list[tuple[str | None, bool]] = []
+        self.placements: list[tuple[str, str | None]] = []
+        """The ``(dtype, device)`` of each model loaded."""
 
     @staticmethod
     def script(text: object) -> FakeGenerator:
@@ -47,8 +49,11 @@ class Harness:
         (request,) = self.generator.requests
         return request
 
-    def load(self, model: str | None, *, progress: bool) -> AnswerGenerator:
+    def load(
+        self, model: str | None, *, progress: bool, dtype: str, device: str | None
+    ) -> AnswerGenerator:
         self.loads.append((model, progress))
+        self.placements.append((dtype, device))
         return self.generator
 
     @property
@@ -211,6 +216,71 @@ def test_model_option_is_passed_through(fake, docs, capsys) -> None:
     assert fake.loads == [("some/model", True)]
 
 
+def test_device_and_dtype_reach_the_model_loader(fake, docs, capsys) -> None:
+    run(capsys, "ask", "q", "--docs", str(docs), services=fake)
+    run(capsys, "ask", "q", "--docs", str(docs), "--device", "cpu", "--dtype", "bfloat16",
+        services=fake)
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), "--model", "some/model",
+                       "--dtype", "float32", services=fake)
+    assert code == 0
+    assert fake.placements == [("auto", None), ("bfloat16", "cpu"), ("float32", None)]
+    assert "loading model some/model in float32" in err
+
+
+def test_load_model_hands_dtype_and_device_to_the_generator(monkeypatch) -> None:
+    from citeformer import CiteGenerator
+
+    calls: list[tuple[str | None, dict]] = []
+    monkeypatch.setattr(CiteGenerator, "default",
+                        staticmethod(lambda **kwargs: calls.append((None, kwargs))))
+    monkeypatch.setattr(CiteGenerator, "from_pretrained",
+                        staticmethod(lambda name, **kwargs: calls.append((name, kwargs))))
+    load_model(None, progress=False, dtype="float16", device="cpu")
+    load_model("owner/name", progress=True)
+    assert calls == [
+        (None, {"progress": False, "dtype": "float16", "device": "cpu"}),
+        ("owner/name", {"dtype": "auto", "device": None}),
+    ]
+
+
+def test_the_dtype_choices_are_the_ones_the_core_loads() -> None:
+    from citeformer.app.ask import DTYPE_CHOICES
+    from citeformer.decoding.precision import DTYPES
+
+    assert ("auto", *DTYPES) == DTYPE_CHOICES
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("banana", "device 'banana' is not a torch device; pass 'cpu', 'cuda', 'cuda:1' or 'mps'"),
+        pytest.param("cuda", "device 'cuda' asks for CUDA but this torch has no CUDA device",
+                     marks=pytest.mark.skipif("__import__('torch').cuda.is_available()")),
+    ],
+)
+def test_a_device_torch_cannot_use_exits_2(fake, docs, capsys, device, message) -> None:
+    code, out, err = run(capsys, "ask", "q", "--docs", str(docs), "--device", device,
+                         services=fake)
+    assert_clean_error(code, err, 2, f"citeformer: error: {message}")
+    assert out == "" and fake.loads == []
+
+
+@pytest.mark.parametrize("option", [["--device", "cpu"], ["--dtype", "float32"]])
+def test_device_and_dtype_do_not_apply_to_a_server(docs, capsys, option) -> None:
+    code, out, err = run(capsys, "ask", "q", "--docs", str(docs), "--server", "http://h:1",
+                         *option)
+    assert code == 2 and out == "" and "usage:" in err
+    assert err.splitlines()[-1].startswith(f"citeformer ask: error: {option[0]} sets how a model")
+    assert "with --server URL the server decides that" in err
+
+
+def test_a_dtype_citeformer_does_not_load_is_a_usage_error(fake, docs, capsys) -> None:
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), "--dtype", "float64",
+                       services=fake)
+    assert code == 2 and "argument --dtype: invalid choice: 'float64'" in err
+    assert fake.loads == []
+
+
 def test_a_skipped_binary_file_is_a_warning(fake, docs, capsys) -> None:
     (docs / "image.md").write_bytes(b"\x89PNG\x00\x00")
     code, _, err = run(capsys, "ask", "q", "--docs", str(docs), services=fake)
@@ -233,7 +303,7 @@ def test_the_libraries_own_warnings_are_shown_as_citeformer_warnings(fake, docs,
 
     from citeformer.default_model import ModelCacheWarning
 
-    def load(model: str | None, *, progress: bool) -> AnswerGenerator:
+    def load(model: str | None, *, progress: bool, **_: object) -> AnswerGenerator:
         warnings.warn("the cached model was rebuilt", ModelCacheWarning, stacklevel=1)
         warnings.warn("some other library speaking", UserWarning, stacklevel=1)
         return fake.generator
@@ -332,7 +402,7 @@ def test_help_and_version_exit_0(capsys) -> None:
     code, out, _ = run(capsys, "ask", "--help")
     assert code == 0
     for option in ("--docs", "--json", "--policy", "--model", "--max-new-tokens", "--top-k",
-                   "--stream"):
+                   "--stream", "--device", "--dtype", "--no-index-cache"):
         assert option in out
     code, out, _ = run(capsys, "--version")
     assert code == 0 and out.startswith("citeformer ")
@@ -347,7 +417,7 @@ def test_missing_local_model_path(docs, capsys, tmp_path) -> None:
 def test_a_model_that_fails_to_load_is_a_clean_error(monkeypatch, docs, capsys, tmp_path) -> None:
     from citeformer import CiteGenerator
 
-    def broken(name):
+    def broken(name, **placement):
         raise OSError(f"{name} does not appear to have a file named config.json\nmore detail")
 
     monkeypatch.setattr(CiteGenerator, "from_pretrained", staticmethod(broken))
@@ -362,7 +432,7 @@ def test_model_errors_are_model_load_errors(monkeypatch) -> None:
     from citeformer import CiteGenerator
 
     monkeypatch.setattr(CiteGenerator, "from_pretrained",
-                        staticmethod(lambda name: (_ for _ in ()).throw(ValueError("bad"))))
+                        staticmethod(lambda name, **_: (_ for _ in ()).throw(ValueError("bad"))))
     with pytest.raises(ModelLoadError, match="bad"):
         load_model("owner/name", progress=False)
 
@@ -463,7 +533,7 @@ class Served:
 
     @property
     def services(self) -> Services:
-        def no_model(model: str | None, *, progress: bool) -> AnswerGenerator:
+        def no_model(model: str | None, *, progress: bool, **_: object) -> AnswerGenerator:
             raise AssertionError("no local model")
 
         return Services(load_model=no_model, connect_server=self.connect, embed=toy_embed)

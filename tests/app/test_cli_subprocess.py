@@ -124,6 +124,8 @@ def test_ask_stream_via_python_dash_m() -> None:
         (["ask", QUESTION, "--docs", "no/such/folder"], "does not exist"),
         (["ask", QUESTION, "--docs", "examples/docs", "--model", "./no-such-model"],
          "model folder './no-such-model' does not exist"),
+        (["ask", QUESTION, "--docs", "examples/docs", "--device", "banana"],
+         "device 'banana' is not a torch device"),
     ],
 )
 def test_bad_input_exits_2_without_traceback(args: list[str], message: str) -> None:

@@ -49,7 +49,7 @@ def model(default_generator: CiteGenerator) -> Recording:
 
 
 def services_of(generator: AnswerGenerator) -> Services:
-    def load(name: str | None, *, progress: bool) -> AnswerGenerator:
+    def load(name: str | None, *, progress: bool, **_: object) -> AnswerGenerator:
         return generator
 
     return Services(load_model=load)

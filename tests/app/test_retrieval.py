@@ -7,7 +7,12 @@ import math
 import pytest
 
 from citeformer.app.documents import DocumentError, Passage
-from citeformer.app.retrieval import DenseRetriever, EmbeddingError, embedding_text
+from citeformer.app.retrieval import (
+    DenseRetriever,
+    EmbeddingError,
+    embed_passages,
+    embedding_text,
+)
 from tests.app.conftest import toy_embed
 
 
@@ -63,6 +68,19 @@ def test_retriever_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="vectors") as error:
         DenseRetriever([passage("a.md", "abc")], lambda texts: [])
     assert isinstance(error.value, EmbeddingError) and error.value.exit_code == 1
+
+
+def test_a_retriever_from_known_vectors_searches_as_one_that_embeds() -> None:
+    passages = [passage("1.md", "zzz"), passage("2.md", "aaa bbb"), passage("3.md", "aaa")]
+    vectors = embed_passages(passages, toy_embed, batch_size=2)
+    assert vectors.shape == (3, 26)
+    known = DenseRetriever.from_vectors(passages, vectors, toy_embed)
+    assert known.search("aaaa", 3) == DenseRetriever(passages, toy_embed).search("aaaa", 3)
+    with pytest.raises(EmbeddingError, match="got 2 vectors for 3 passages"):
+        DenseRetriever.from_vectors(passages, vectors[:2], toy_embed)
+    with pytest.raises(DocumentError):
+        DenseRetriever.from_vectors([], vectors[:0], toy_embed)
+    assert embed_passages([], toy_embed).shape == (0,)
 
 
 def test_embedding_text_puts_the_file_name_first() -> None:

@@ -4,8 +4,8 @@ Modules: ``cli`` (arguments, exit status), ``ask`` (the ``ask`` command), ``ask_
 --questions FILE``), ``questions`` (reading that file), ``services`` (the generator, embedder and
 warning sink it is given), ``documents`` (loading files), ``html_text`` and ``pdf_text`` (the text
 of HTML pages and PDF files), ``chunking`` (cutting text into passages), ``retrieval`` (top-k
-search), ``output`` (references with their supporting sentences, JSON) and ``errors`` (each with
-its exit status).
+search), ``index_cache`` (passage embeddings kept between runs), ``output`` (references with
+their supporting sentences, JSON) and ``errors`` (each with its exit status).
 """
 
 from citeformer.app.ask import AskOptions, ask

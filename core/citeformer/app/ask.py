@@ -19,13 +19,15 @@ from citeformer import AnswerGenerator, CitedAnswer, EmptyQuestionError, build_r
 from citeformer.app.chunking import DEFAULT_MAX_CHARS
 from citeformer.app.documents import DocumentError, Passage, chunk_documents, load_documents
 from citeformer.app.errors import PROG
+from citeformer.app.index_cache import IndexCache, embedder_name
 from citeformer.app.output import answer_json, format_references
-from citeformer.app.retrieval import DEFAULT_TOP_K, DenseRetriever
+from citeformer.app.retrieval import DEFAULT_TOP_K, DenseRetriever, embed_passages
 from citeformer.app.services import Services
 from citeformer.request import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY
 
 __all__ = [
     "DEFAULT_ENGINE",
+    "DTYPE_CHOICES",
     "AskOptions",
     "Output",
     "Progress",
@@ -39,6 +41,9 @@ __all__ = [
 
 Output = Literal["text", "json", "stream"]
 DEFAULT_ENGINE = "llama.cpp"
+DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
+"""``--dtype``: ``"auto"`` and the names of ``citeformer.decoding.precision.DTYPES``, written out
+so that parsing the command line imports no torch."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,11 @@ class AskOptions:
     policy: str = DEFAULT_POLICY.value
     model: str | None = None
     """``--model``: an HF hub id or local folder; ``None`` is the embedded model."""
+    device: str | None = None
+    """``--device``: the torch device ``model`` runs on; ``None``: CUDA when there is one, else
+    the CPU."""
+    dtype: str = "auto"
+    """``--dtype``: one of ``DTYPE_CHOICES``, the floating-point type ``model`` runs in."""
     server: str | None = None
     """``--server``: the URL of a serving engine, which then answers instead of ``model``."""
     server_model: str | None = None
@@ -59,6 +69,9 @@ class AskOptions:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     top_k: int = DEFAULT_TOP_K
     chunk_chars: int = DEFAULT_MAX_CHARS
+    index_cache: bool = True
+    """Keep the passage embeddings in the index cache (``citeformer.app.index_cache``);
+    ``--no-index-cache`` turns it off."""
     output: Output = "text"
     """``text``: the answer, then references; ``stream``: the same as it is generated;
     ``json``: one JSON object."""
@@ -99,7 +112,7 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
     passages = load_passages(options, services, say)
     generator = open_generator(options, services, say)
     started = time.perf_counter()
-    retriever = index_passages(passages, services, say)
+    retriever = index_passages(passages, options, services, say)
     hits = retriever.search(question, options.top_k)
     say(f"retrieved {len(hits)} passage(s) in {time.perf_counter() - started:.1f}s; generating")
 
@@ -148,16 +161,38 @@ def open_generator(options: AskOptions, services: Services, say: Progress) -> An
         served = services.connect_server(options.server, options.server_model, options.engine)
         say(f"the server answers with model {served.model}")
         return served
-    say(f"loading model {options.model or 'SmolLM2-135M-Instruct (embedded)'}")
-    return services.load_model(options.model, progress=not options.quiet)
+    where = "".join((
+        f" on {options.device}" if options.device is not None else "",
+        f" in {options.dtype}" if options.dtype != "auto" else "",
+    ))
+    say(f"loading model {options.model or 'SmolLM2-135M-Instruct (embedded)'}{where}")
+    return services.load_model(
+        options.model, progress=not options.quiet, dtype=options.dtype, device=options.device
+    )
 
 
 def index_passages(
-    passages: list[Passage], services: Services, say: Progress
+    passages: list[Passage], options: AskOptions, services: Services, say: Progress
 ) -> DenseRetriever:
-    """A retriever over ``passages``, embedded with ``services.embed``."""
-    say(f"embedding {len(passages)} passage(s) with all-MiniLM-L6-v2")
-    return DenseRetriever(passages, services.embed, progress=_embed_progress(say))
+    """A retriever over ``passages``, embedded with ``services.embed``.
+
+    With ``options.index_cache``, only the passages of documents the index cache has no vectors
+    for are embedded (none, the second time), and the new vectors are kept there.
+    """
+    if not options.index_cache:
+        say(f"embedding {len(passages)} passage(s) with all-MiniLM-L6-v2")
+        return DenseRetriever(passages, services.embed, progress=_embed_progress(say))
+    cache = IndexCache.for_documents(options.docs, embedder_name(services.embed))
+    lookup = cache.lookup(passages)
+    missing = lookup.missing
+    if not lookup.stored:
+        say(f"embedding {len(passages)} passage(s) with all-MiniLM-L6-v2")
+    else:
+        say(f"embedding {len(missing)} of {len(passages)} passage(s) with all-MiniLM-L6-v2; "
+            f"{lookup.stored} from the index cache")
+    fresh = embed_passages(missing, services.embed, progress=_embed_progress(say))
+    vectors = cache.complete(lookup, fresh)
+    return DenseRetriever.from_vectors(passages, vectors, services.embed)
 
 
 def _embed_progress(say: Callable[[str], None]) -> Callable[[int, int], None]:

@@ -182,7 +182,7 @@ def _answer_all(
     if any(item.error is None for item in items):  # else there is nothing to load a model for
         passages = load_passages(options, services, say)
         generator = open_generator(options, services, say)
-        retriever = index_passages(passages, services, say)
+        retriever = index_passages(passages, options, services, say)
         answerer = BatchAnswerer(
             generator, batch_size=options.batch_size, side_by_side=options.server is not None
         )

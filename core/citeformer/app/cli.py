@@ -23,6 +23,12 @@ and ``report.pdf, page 3, line 12: "..."``).
 ``--questions FILE`` answers every question of FILE (one per line, or JSON lines) against the same
 documents and writes one JSON answer per line (``citeformer.app.ask_many``).
 
+The passage embeddings are kept in citeformer's cache folder (``citeformer.app.index_cache``), so
+a second question over the same documents embeds only the files that changed since;
+``--no-index-cache`` embeds everything afresh and keeps nothing. ``--device`` and ``--dtype`` say
+where and in what floating-point type the model runs (default: CUDA when there is one, else the
+CPU; bfloat16 where it is computed natively, else float32).
+
 With ``--server URL`` the answer comes from a llama.cpp, vLLM or SGLang server instead of a model
 in this process (``--engine`` names which, ``--server-model`` the served model); the grammar travels
 with the request and every marker is checked again here::
@@ -51,6 +57,7 @@ from typing import NoReturn
 from citeformer import Policy
 from citeformer.app.ask import (
     DEFAULT_ENGINE,
+    DTYPE_CHOICES,
     AskOptions,
     ask,
     library_warnings_to,
@@ -84,6 +91,7 @@ def main(argv: Sequence[str] | None = None, *, services: Services | None = None)
             parser.print_help(sys.stderr)
             return EXIT_USAGE
         _check_combinations(args, ask_parser)
+        _check_device(args.device)
         options = _options(args)
         with library_warnings_to(services.warn):
             if options.questions is not None:
@@ -183,6 +191,17 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "$CITEFORMER_API_KEY or $OPENAI_API_KEY",
     )
     ask.add_argument(
+        "--device", default=None, metavar="DEVICE",
+        help="the torch device the model runs on: cpu, cuda, cuda:1, mps (default: CUDA when "
+        "there is one, else cpu); not with --server",
+    )
+    ask.add_argument(
+        "--dtype", default=None, choices=DTYPE_CHOICES,
+        help="the model's floating-point type (default: auto, bfloat16 where the CPU or GPU "
+        "computes it natively, float16 on a GPU without bfloat16, else float32; "
+        "$CITEFORMER_DTYPE replaces auto); not with --server",
+    )
+    ask.add_argument(
         "--server-model", default=None, metavar="NAME",
         help="the served model's name (default: the first the server lists)",
     )
@@ -202,6 +221,13 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     ask.add_argument(
         "--chunk-chars", type=_positive_int, default=DEFAULT_MAX_CHARS, metavar="N",
         help=f"longest passage, in characters (default: {DEFAULT_MAX_CHARS})",
+    )
+    ask.add_argument(
+        "--no-index-cache", action="store_true",
+        help="embed every passage and keep nothing; by default the passage embeddings are "
+        "kept in the index folder of citeformer's cache ($CITEFORMER_CACHE, else "
+        "~/.cache/citeformer), so that the next question over the same documents embeds only "
+        "the files that changed",
     )
     output = ask.add_mutually_exclusive_group()
     output.add_argument(
@@ -238,6 +264,11 @@ def _check_combinations(args: argparse.Namespace, parser: argparse.ArgumentParse
     """The rules between options that argparse cannot say (``parser.error`` exits 2)."""
     if args.server is None and (args.server_model is not None or args.engine != DEFAULT_ENGINE):
         parser.error("--server-model and --engine need --server URL")
+    if args.server is not None:
+        for name, value in (("--device", args.device), ("--dtype", args.dtype)):
+            if value is not None:
+                parser.error(f"{name} sets how a model runs in this process (the embedded one "
+                             "or --model); with --server URL the server decides that")
     if args.questions is None:
         if args.question is None:
             parser.error("give a QUESTION (before --docs, which takes every word after it "
@@ -252,18 +283,29 @@ def _check_combinations(args: argparse.Namespace, parser: argparse.ArgumentParse
             parser.error("--stream prints one answer as it comes; --questions writes JSON lines")
 
 
+def _check_device(device: str | None) -> None:
+    """End the command before any work if torch cannot use ``--device`` (exit 2)."""
+    if device is not None:
+        from citeformer.decoding.precision import resolve_device  # imports torch
+
+        resolve_device(device)
+
+
 def _options(args: argparse.Namespace) -> AskOptions:
     return AskOptions(
         question=args.question,
         docs=tuple(args.docs),
         policy=args.policy,
         model=args.model,
+        device=args.device,
+        dtype=args.dtype or "auto",
         server=args.server,
         server_model=args.server_model,
         engine=args.engine,
         max_new_tokens=args.max_new_tokens,
         top_k=args.top_k,
         chunk_chars=args.chunk_chars,
+        index_cache=not args.no_index_cache,
         output="json" if args.json else "stream" if args.stream else "text",
         all_sources=args.all_sources,
         quiet=args.quiet,

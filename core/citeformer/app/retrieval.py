@@ -33,6 +33,7 @@ __all__ = [
     "Embedder",
     "EmbeddingError",
     "Hit",
+    "embed_passages",
     "embedding_text",
 ]
 
@@ -70,24 +71,35 @@ class DenseRetriever:
         batch_size: int = 32,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
+        vectors = embed_passages(passages, embed, batch_size=batch_size, progress=progress)
+        self._build(passages, vectors, embed)
+
+    @classmethod
+    def from_vectors(
+        cls, passages: Sequence[Passage], vectors: Any, embed: Embedder
+    ) -> DenseRetriever:
+        """A retriever over ``passages`` whose embeddings are known already (the index cache's).
+
+        ``vectors``: one row per passage, in their order; ``embed`` still embeds the queries.
+        """
+        retriever = cls.__new__(cls)
+        retriever._build(passages, vectors, embed)
+        return retriever
+
+    def _build(self, passages: Sequence[Passage], vectors: Any, embed: Embedder) -> None:
         import numpy as np
 
         if not passages:
             raise DocumentError("there are no passages to search")
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if len(matrix) != len(passages):
+            raise EmbeddingError(
+                f"got {len(matrix)} vectors for {len(passages)} passages; "
+                "there must be one vector per passage"
+            )
         self.passages = list(passages)
         self._embed = embed
-        rows: list[Sequence[float]] = []
-        for first in range(0, len(self.passages), batch_size):
-            batch = [embedding_text(p) for p in self.passages[first:first + batch_size]]
-            rows.extend(embed(batch))
-            if progress is not None:
-                progress(len(rows), len(self.passages))
-        if len(rows) != len(self.passages):
-            raise EmbeddingError(
-                f"the embedder returned {len(rows)} vectors for {len(passages)} texts; "
-                "it must return one vector per text"
-            )
-        self._matrix = _normalize(np.asarray(rows, dtype=np.float32))
+        self._matrix = _normalize(matrix)
 
     def search(self, query: str, k: int = DEFAULT_TOP_K) -> list[Hit]:
         """The ``k`` passages most similar to ``query``, best first (ties in document order)."""
@@ -115,6 +127,35 @@ class DenseRetriever:
         return hits
 
 
+def embed_passages(
+    passages: Sequence[Passage],
+    embed: Embedder,
+    *,
+    batch_size: int = 32,
+    progress: Callable[[int, int], None] | None = None,
+) -> Any:
+    """The embeddings of ``passages`` (of their ``embedding_text``) as a float32 matrix.
+
+    Embedded ``batch_size`` at a time; ``progress(done, total)`` after each batch. The rows are
+    as the embedder gives them, not normalized.
+    """
+    import numpy as np
+
+    rows: list[Sequence[float]] = []
+    for first in range(0, len(passages), batch_size):
+        batch = [embedding_text(p) for p in passages[first:first + batch_size]]
+        rows.extend(embed(batch))
+        if progress is not None:
+            progress(len(rows), len(passages))
+    if len(rows) != len(passages):
+        raise EmbeddingError(
+            f"the embedder returned {len(rows)} vectors for {len(passages)} texts; "
+            "it must return one vector per text"
+        )
+    matrix = np.asarray(rows, dtype=np.float32)
+    return _checked(matrix) if passages else matrix
+
+
 def embedding_text(passage: Passage) -> str:
     """What is embedded for a passage: its text behind the document's name as a short header.
 
@@ -126,12 +167,17 @@ def embedding_text(passage: Passage) -> str:
     return f"{title}: {passage.text}" if title else passage.text
 
 
-def _normalize(matrix: Any) -> Any:
-    import numpy as np
-
+def _checked(matrix: Any) -> Any:
     if matrix.ndim != 2:
         raise EmbeddingError(
             f"embeddings must be a list of vectors of one length, got shape {matrix.shape}"
         )
+    return matrix
+
+
+def _normalize(matrix: Any) -> Any:
+    import numpy as np
+
+    _checked(matrix)
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return matrix / np.where(norms == 0, 1.0, norms)

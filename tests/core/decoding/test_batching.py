@@ -198,13 +198,16 @@ def test_batch_size_must_be_an_int(size: object) -> None:
 
 
 @pytest.mark.integration
-def test_batched_greedy_answers_equal_sequential_ones(default_generator: CiteGenerator) -> None:
+def test_batched_greedy_answers_equal_sequential_ones() -> None:
+    # In float32; in bfloat16 a padded batch moves a logit enough to flip a near tie more often
+    # (the engine's docstring: "up to floating point"), 1 of these 6 answers.
+    full = CiteGenerator.default(progress=False, dtype="float32")
     rows = [json.loads(line) for line in QUESTIONS_FILE.read_text().splitlines()[:6]]
     questions = [row["question"] for row in rows]
     sources = [[Source(p["text"], title=p["title"]) for p in row["passages"]] for row in rows]
-    batched = default_generator.generate_batch(questions, sources, max_new_tokens=48)
+    batched = full.generate_batch(questions, sources, max_new_tokens=48)
     one_by_one = [
-        default_generator.generate(q, s, max_new_tokens=48)
+        full.generate(q, s, max_new_tokens=48)
         for q, s in zip(questions, sources, strict=True)
     ]
     assert [(a.text, a.citations) for a in batched] == [

@@ -14,8 +14,9 @@ calls, each handing the next what it needs and none calling back up:
 Greedy rows decode to the same tokens alone as in a batch up to floating point: a padded batch
 runs the same arithmetic in other shapes, which can move a logit in its last bits and, where two
 tokens are almost tied, flip the argmax (in bfloat16, whose last bits are coarser, more often:
-1 of the 6 answers of ``test_batched_greedy_answers_equal_sequential_ones``, none in float32). Sampled rows draw from one random stream per batch, so a
-seeded row's sample depends on the batch it was drawn in.
+1 of the 6 answers of ``test_batched_greedy_answers_equal_sequential_ones``, none in float32).
+Sampled rows draw from one random stream per batch, so a seeded row's sample depends on the batch
+it was drawn in.
 """
 
 from __future__ import annotations

@@ -3,11 +3,11 @@
 A lever never touches the logits itself: for the row being steered it asks ``StepEdits`` to
 remove tokens (``remove``, keeping at least one) or to add finite values to some (``add``), and
 reads what the model wanted before the masks (``wanted``). Once every row's levers have spoken,
-``apply`` makes all the removals in one indexed write and the additions in one indexed write per
-round (a row's first additions, then its second, ...), so each logit receives its additions in
-the order its row's levers made them and the floats come out as if each lever had written its
-own. Index tensors are built on the host and sent to the logits' device once per write; the
-logits never leave it.
+``apply`` makes all the removals in one indexed write and all the additions in one accumulating
+write, ordered by round (each row's first addition, then its second, ...), so each logit receives
+its additions in the order its row's levers made them and the floats come out as if each lever
+had written its own. Index arrays are built on the host and sent to the logits' device once per
+write; the logits never leave it.
 
 ``Wanted`` is the model's own choice between ending a sentence and opening a marker, from the
 scores before any mask, read for every row that asks at once (``WantedReader``).

@@ -209,8 +209,8 @@ def _apply_bitmask(
     width = min(logits.shape[-1], packed.shape[-1] * 32)  # as xgrammar: ids past it untouched
     counts = {}
     if hasattr(np, "bitwise_count"):  # numpy 2
-        words = packed[:, : -(-width // 32)].view(np.uint32).copy()  # counts |x| if signed
-        if width % 32:
+        words = packed[:, : -(-width // 32)].view(np.uint32)  # bitwise_count counts |x| if signed
+        if width % 32:  # ``packed`` is a copy (rows picked by index); bits past width unused
             words[:, -1] &= (1 << (width % 32)) - 1  # no bit past the vocabulary
         counts = dict(zip(indices, np.bitwise_count(words).sum(axis=1).tolist(), strict=True))
     if counts and 3 * (width * len(indices) - sum(counts.values())) < width * len(indices):

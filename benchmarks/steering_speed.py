@@ -14,6 +14,12 @@ the default ``generate_batch`` (the default dtype, the steering) and by a plain 
 transformers ``generate`` batch of the same model and prompts (no grammar, no levers), 100 new
 tokens, best of 2.
 
+``grammar``: the grammar's mask alone, per row and step, one thread: the ``REQUIRED`` grammar as
+a serving engine is sent it (words bounded in the grammar, ``char{1,32}``) against the one
+citeformer's own matcher fills (``local_grammar``: ``char+``, bounded by ``WordBound`` in the
+bitmask), fed the stored greedy answers of the technical held-out questions
+(``results/same_answers.json``) token by token.
+
 ``memory``: peak RSS of a child process answering a batch of 32 technical questions with the
 embedded model (REQUIRED, 100 new tokens), beside the same process before the batch.
 
@@ -43,7 +49,8 @@ from citeformer import CiteGenerator, build_request  # noqa: E402
 from citeformer.decoding.engine import TransformersEngine, prompt_token_ids  # noqa: E402
 
 OUT = HERE / "results" / "steering_speed.json"
-SECTIONS = ("steps", "end_to_end", "memory")
+SECTIONS = ("steps", "end_to_end", "memory", "grammar")
+ANSWERS = HERE / "results" / "same_answers.json"
 
 
 def held_out(count: int) -> list[Item]:
@@ -118,6 +125,53 @@ def steps_section(tokens: int) -> dict[str, Any]:
               f"{line['steered']['step_ms']['median']:.2f}, added {line['added_ms']:.2f} ms",
               flush=True)
     return found
+
+
+def grammar_section() -> dict[str, Any]:
+    import xgrammar as xgr
+
+    from citeformer.decoding.steering import local_grammar
+    from citeformer.decoding.vocab import Vocabulary
+    from citeformer.decoding.word_bound import WordBound
+
+    gen = CiteGenerator.default(progress=False, dtype="float32")
+    info = gen.tokenizer_info
+    vocab = Vocabulary.cached(info)
+    compiler = xgr.GrammarCompiler(info, max_threads=1)
+    stored = json.loads(ANSWERS.read_text())["answers"]
+    bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
+    seconds: dict[str, list[float]] = {"bounded": [], "local": []}
+    for item in held_out(len([i for i in load_dataset("technical") if i.split != "dev"])):
+        request = build_request(item.question, item.sources())
+        text = stored[f"technical/required/{item.id}"]["text"]
+        ids = gen.tokenizer.encode(text, add_special_tokens=False)
+        for arm in seconds:
+            grammar = (
+                request.grammar_text(spell_quotes=False) if arm == "bounded"
+                else local_grammar(request)
+            )
+            matcher = xgr.GrammarMatcher(compiler.compile_grammar(grammar))
+            bound = WordBound(vocab, request.grammar.max_word_chars, gen.stop_token_ids)
+            row = bitmask.numpy()[0]
+            for token in ids:
+                started = time.perf_counter()
+                matcher.fill_next_token_bitmask(bitmask)
+                if arm == "local":
+                    bound.restrict(row)
+                seconds[arm].append(time.perf_counter() - started)
+                if not matcher.accept_token(token):
+                    break
+                bound.advance(token)
+    found = {arm: _us(values) for arm, values in seconds.items()}
+    for arm, line in found.items():
+        print(f"grammar {arm:>7}: {line['median']:.0f} µs/row (p99 {line['p99']:.0f}), "
+              f"{line['n']} steps", flush=True)
+    return found
+
+
+def _us(seconds: list[float]) -> dict[str, Any]:
+    found = quantiles([s * 1e6 for s in seconds])
+    return {key: found[key] for key in ("n", "median", "p99") if key in found}
 
 
 def end_to_end_section(tokens: int) -> dict[str, Any]:
@@ -199,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
             found = steps_section(args.tokens)
         elif section == "end_to_end":
             found = end_to_end_section(args.tokens)
+        elif section == "grammar":
+            found = grammar_section()
         else:
             found = memory_section(args.tokens, args.threads)
         entry[section] = {"threads": args.threads, **found}

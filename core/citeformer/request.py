@@ -224,15 +224,17 @@ class GenerationRequest:
             self.question, self.sources, self.policy, self.instructions, self.history
         )
 
-    def grammar_text(self, *, spell_quotes: bool) -> str:
+    def grammar_text(self, *, spell_quotes: bool, bound_words: bool = True) -> str:
         """The GBNF grammar of this request.
 
         ``spell_quotes``: write the verbatim quotes of each source out as grammar rules (for a
         serving engine); local generation enforces them with ``QuoteGuard`` instead.
+        ``bound_words=False``: leave ``max_word_chars`` to ``WordBound`` (local generation).
         """
         quote_sources = self.sources if spell_quotes and self.quotable_chars is not None else None
         return render_grammar(
-            self.n_sources, self.policy, self.grammar, quote_sources, self.terms
+            self.n_sources, self.policy, self.grammar, quote_sources, self.terms,
+            bound_words=bound_words,
         )
 
     def replace(self, **changes: Any) -> GenerationRequest:

@@ -58,7 +58,7 @@ from citeformer.decoding.payload import (
     request_from_payload,
     steering_payload,
 )
-from citeformer.decoding.steering import RowSteering, Steering, steering_for
+from citeformer.decoding.steering import RowSteering, Steering, local_grammar, steering_for
 from citeformer.errors import InvalidInputError, MissingDependencyError, PromptTooLongError
 from citeformer.grammar.rules import marker_grammar
 from citeformer.request import (
@@ -261,7 +261,7 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
             return None
         try:
             request = request_from_payload(payload)
-            grammar = self._engine.compile(request.grammar_text(spell_quotes=False))
+            grammar = self._engine.compile(local_grammar(request))
             return steering_for(
                 request, self._vocab, self._stop_ids, matcher=xgr.GrammarMatcher(grammar)
             )

@@ -36,7 +36,7 @@ from transformers.generation.streamers import BaseStreamer
 from citeformer.answers import cited_answer
 from citeformer.decoding.batching import Prepared, check_one_batch
 from citeformer.decoding.hf import CancelCriteria, SteeringLogitsProcessor
-from citeformer.decoding.steering import RowSteering, steering_for
+from citeformer.decoding.steering import RowSteering, local_grammar, steering_for
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.errors import InvalidInputError, PromptTooLongError, TokenizerMismatchError
 from citeformer.prompt import render_prompt
@@ -129,7 +129,7 @@ class DecodingEngine:
         prompt_ids = prompt_token_ids(request, self.tokenizer)
         self._check_fits(request, len(prompt_ids))
         compiled = (
-            self.compile(request.grammar_text(spell_quotes=False)) if request.constrained else None
+            self.compile(local_grammar(request)) if request.constrained else None
         )
         return Prepared(request, prompt_ids, compiled)
 

@@ -157,21 +157,32 @@ def test_what_the_model_wanted_is_the_ratio_of_ending_to_allowed_openers() -> No
     assert not closed.may_open
 
 
-@pytest.mark.parametrize("width", [64, 70, 49152])
-def test_the_cpu_bitmask_equals_xgrammars_kernel(width: int) -> None:
+@pytest.mark.filterwarnings("ignore:The bitmask covers only")  # the padded case, on purpose
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize(("width", "columns"), [(64, 64), (70, 70), (49152, 49152), (64, 80)])
+def test_the_cpu_bitmask_equals_xgrammars_kernel(
+    width: int, columns: int, dtype: torch.dtype
+) -> None:
+    # columns > width: logits wider than the bitmask (a padded vocabulary), the rest untouched.
     generator = torch.Generator().manual_seed(width)
     bitmask = torch.randint(-2**31, 2**31 - 1, (4, (width + 31) // 32), dtype=torch.int32,
                             generator=generator)
     bitmask[2] = -1  # a row that keeps everything
     bitmask[3] = 0
     bitmask[3, 0] = 5  # and one that keeps two tokens
-    scores = torch.randn(4, width, generator=generator)
+    scores = torch.randn(4, columns, generator=generator).to(dtype)
+    scores[0, 1] = NEG  # already masked
     for indices in ([0, 1, 2, 3], [1, 3], [2]):  # the last: few forbidden, xgrammar's kernel
         ours, theirs = scores.clone(), scores.clone()
         counts = _apply_bitmask(ours, bitmask, indices)
-        xgr.apply_token_bitmask_inplace(theirs, bitmask, indices=indices)
+        kept = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
+        if dtype is torch.float64:  # xgrammar's kernel takes no float64
+            keep = torch.from_numpy(kept[indices, :width]).bool()
+            theirs[indices, :width] = torch.where(keep, theirs[indices, :width], NEG)
+        else:
+            xgr.apply_token_bitmask_inplace(theirs, bitmask, indices=indices)
         assert torch.equal(ours, theirs)
-        assert counts == {i: int(torch.isfinite(ours[i]).sum()) for i in indices}
+        assert counts == {i: int(kept[i, :width].sum()) for i in indices}
 
 
 def test_ids_may_be_a_list_a_tensor_or_an_array() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -49,6 +50,7 @@ __all__ = [
     "GeneratorDefault",
     "SourceLike",
     "build_request",
+    "check_encodable",
     "check_history",
     "check_question",
     "normalize_sources",
@@ -356,6 +358,10 @@ def normalize_sources(sources: Sequence[SourceLike]) -> tuple[Source, ...]:
                 f"source {position} ({source.title or 'untitled'}) has empty text; "
                 "drop it before calling, since a marker pointing at it could support nothing"
             )
+        check_encodable(f"source {position}'s text", source.text)
+        if isinstance(source.title, str):
+            check_encodable(f"source {position}'s title", source.title)
+        _check_metadata(f"source {position}'s metadata", source.metadata)
         normalized.append(source)
     return tuple(normalized)
 
@@ -366,7 +372,41 @@ def check_question(question: object) -> str:
         raise EmptyQuestionError(f"the question must be a string, got {type(question).__name__}")
     if not question.strip():
         raise EmptyQuestionError(f"the question is empty ({question!r}); ask something")
-    return question
+    return check_encodable("the question", question)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_encodable(name: str, text: str) -> str:
+    """``text``, unless it holds a lone surrogate: a character no encoding can write.
+
+    Such text comes from bytes decoded with ``errors="surrogateescape"`` or from a JSON escape
+    of half a character pair; a tokenizer refuses it with a raw ``TypeError``. Every string from
+    outside (question, sources, titles, metadata, history, instructions, prompt) is checked here.
+    """
+    found = _SURROGATE.search(text)
+    if found is not None:
+        raise InvalidInputError(
+            f"{name} holds a lone surrogate (U+{ord(found.group()):04X}) at character "
+            f"{found.start()}, which no text encoding can write; decode its bytes with "
+            "errors='replace', or remove the character"
+        )
+    return text
+
+
+def _check_metadata(name: str, value: object, depth: int = 0) -> None:
+    # Metadata is not shown to the model but comes back in every answer (and its JSON).
+    if isinstance(value, str):
+        check_encodable(name, value)
+    elif depth < 8 and isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str):
+                check_encodable(f"a key of {name}", key)
+            _check_metadata(f"{name}[{key!r}]", item, depth + 1)
+    elif depth < 8 and isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check_metadata(f"{name}[{index}]", item, depth + 1)
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -422,7 +462,7 @@ def check_history(history: object) -> tuple[tuple[str, str], ...]:
             raise InvalidInputError(
                 f"history[{index}] ({role}) has no text ({text!r:.40}); drop empty turns"
             )
-        turns.append((role, text))
+        turns.append((role, check_encodable(f"history[{index}] ({role})", text)))
     return tuple(turns)
 
 
@@ -446,7 +486,7 @@ def _check_text(name: str, value: object) -> str | None:
         raise InvalidInputError(
             f"{name} is empty ({value!r}); pass None to use the built-in {name}"
         )
-    return value
+    return check_encodable(name, value)
 
 
 class AnswerChunks(Protocol):

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -186,6 +189,98 @@ def test_a_failing_row_is_answered_alone_and_the_others_keep_their_answers(
     assert len(fake.batches) == 1  # the batch failed, then each row went alone
     assert [r.question for r in fake.requests[4:]] == QUESTIONS  # after the batch's 4 answers
     assert "1 of 5 question(s) could not be answered (line(s) 4)" in err
+
+
+def test_hostile_lines_cost_only_themselves(docs, tmp_path, capsys) -> None:
+    # A line of 100,000 "[" (JSON nested past the recursion limit) and a lone surrogate once
+    # killed the run with a raw RecursionError or TypeError and an empty output.
+    fake = BatchingFake("It is Paris [1].")
+    path = questions_file(tmp_path, [
+        '{"question": "What is the capital of France?"}',
+        "[" * 100_000,
+        '{"question": "\\udcff bees?"}',
+        '{"question": "Where is Berlin?"}',
+    ], name="questions.jsonl")
+    code, answers, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
+                             "-q", services=services(fake, []))
+    assert code == 1
+    assert [a["line"] for a in answers] == [1, 2, 3, 4]
+    assert answers[0]["text"] == answers[3]["text"] == "It is Paris [1]."
+    assert answers[1]["error"].startswith("JSON nested too deeply")
+    assert answers[2]["question"] == "\\udcff bees?"  # escaped, so the line can be written
+    assert "lone surrogate (U+DCFF) at character 0" in answers[2]["error"]
+    assert "unexpected" not in err and "Traceback" not in err
+
+
+def test_an_unexpected_error_costs_only_its_line(docs, tmp_path, capsys) -> None:
+    def script(request: GenerationRequest) -> str:
+        if "Berlin" in request.question:
+            raise RecursionError("maximum recursion depth exceeded")
+        return "It is Paris [1]."
+
+    fake = BatchingFake(script)
+    path = questions_file(tmp_path, QUESTIONS)
+    code, answers, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
+                             "--batch-size", "2", "-q", services=services(fake, []))
+    assert code == 1
+    assert [("error" in a) for a in answers] == [False, False, False, True, False]
+    assert answers[3]["error"] == "unexpected RecursionError: maximum recursion depth exceeded"
+    assert [a["text"] for a in answers if "text" in a] == ["It is Paris [1]."] * 4
+
+
+def test_a_thousand_lines_with_ten_hostile_ones(docs, tmp_path, capsys) -> None:
+    hostile = ["[" * 100_000, '{"question": "\\udcff?"}', "not json", '{"question": ""}',
+               '{"q": 1}']
+    lines = [
+        hostile[n // 100 % 5] if n % 100 == 50 else json.dumps({"question": f"Question {n}?"})
+        for n in range(1000)
+    ]
+    fake = BatchingFake("It is Paris [1].")
+    path = questions_file(tmp_path, lines, name="questions.jsonl")
+    code, answers, _ = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
+                           "--batch-size", "16", "-q", services=services(fake, []))
+    assert code == 1
+    assert [a["line"] for a in answers] == list(range(1, 1001))
+    assert sum("error" in a for a in answers) == 10
+    assert sum(a.get("text") == "It is Paris [1]." for a in answers) == 990
+
+
+SLOW_RUN = """
+import sys, time
+from citeformer.app import Services, main
+from citeformer.testing import FakeGenerator
+from tests.app.conftest import toy_embed
+
+def slow(request):
+    time.sleep(0.05)
+    return "It is Paris [1]."
+
+services = Services(load_model=lambda *a, **k: FakeGenerator(slow), embed=toy_embed,
+                    warn=lambda message: None)
+sys.exit(main(sys.argv[1:], services=services))
+"""
+
+
+def test_a_run_killed_halfway_leaves_every_finished_line(docs, tmp_path) -> None:
+    path = questions_file(tmp_path, [f"Question {n}?" for n in range(400)])
+    output = tmp_path / "answers.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SLOW_RUN, "ask", "--questions", str(path), "--docs", str(docs),
+         "--batch-size", "4", "--output", str(output), "-q"],
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            not output.exists() or output.read_text(encoding="utf-8").count("\n") < 20
+        ):
+            time.sleep(0.05)
+    finally:
+        process.kill()
+        process.wait()
+    lines = output.read_text(encoding="utf-8").splitlines()
+    assert 20 <= len(lines) < 400  # killed halfway
+    assert [json.loads(line)["line"] for line in lines] == list(range(1, len(lines) + 1))
 
 
 def test_only_bad_lines_load_no_model(docs, tmp_path, capsys) -> None:

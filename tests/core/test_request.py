@@ -229,3 +229,25 @@ def test_bad_history_is_named(history: object, error: type, message: str) -> Non
     with pytest.raises(error) as raised:
         build_request("Q?", SOURCES, history=history)  # type: ignore[arg-type]
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(("arguments", "named"), [
+    ({"question": "\udcff bees?"}, "the question"),
+    ({"sources": ["Bees dance.", "Wasps \ud800 sting."]}, "source 2's text"),
+    ({"sources": [Source("Bees dance.", title="bees\udcff.md")]}, "source 1's title"),
+    ({"sources": [Source("Bees.", metadata={"path": ["a", "b\udc80"]})]},
+     "source 1's metadata['path'][1]"),
+    ({"history": [("user", "hi"), ("assistant", "\udcffhello")]}, "history[1] (assistant)"),
+    ({"instructions": "Be brief.\udcff"}, "instructions"),
+    ({"prompt": "\udcff"}, "prompt"),
+])
+def test_a_lone_surrogate_is_refused_naming_its_field(
+    arguments: dict[str, object], named: str
+) -> None:
+    # A tokenizer refuses such text with a raw TypeError that names nothing.
+    call = {"question": "What do bees do?", "sources": ["Bees dance."], **arguments}
+    with pytest.raises(InvalidInputError) as raised:
+        build_request(**call)  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert message.startswith(f"{named} holds a lone surrogate (U+")
+    assert "at character" in message and "errors='replace'" in message

@@ -193,12 +193,13 @@ def _answer_all(
     try:
         for first in range(0, len(items), options.batch_size):
             chunk = items[first:first + options.batch_size]
-            for item, data in zip(chunk, _batch(chunk, options, retriever, answerer), strict=True):
+            found = _guarded_batch(chunk, options, retriever, answerer)
+            for item, data in zip(chunk, found, strict=True):
                 if "error" in data:
                     failed.append(item.line)
                     services.warn(f"line {item.line}: {data['error']}")
-                out.write(json.dumps(data, ensure_ascii=False) + "\n")
-            out.flush()
+                _write_line(out, data)
+                out.flush()  # each line on disk as it is written: a crash loses none of them
             done += len(chunk)
             bar.update(done, len(failed))
     finally:
@@ -206,6 +207,31 @@ def _answer_all(
         if answerer is not None:
             answerer.close()
     return failed
+
+
+def _guarded_batch(
+    chunk: list[QuestionLine], options: AskOptions, retriever: DenseRetriever | None,
+    answerer: BatchAnswerer | None,
+) -> list[dict[str, Any]]:
+    """``_batch``, where an unexpected error costs only the line that raised it.
+
+    A batch that raises is answered again line by line; a line that raises alone gets its error
+    object (the error's type and message), and every other line its answer.
+    """
+    try:
+        return _batch(chunk, options, retriever, answerer)
+    except Exception as error:
+        if len(chunk) == 1:
+            return [_error(chunk[0], f"unexpected {type(error).__name__}: {error}")]
+        return [_guarded_batch([item], options, retriever, answerer)[0] for item in chunk]
+
+
+def _write_line(out: TextIO, data: dict[str, Any]) -> None:
+    """One JSON line; characters the output cannot encode are written as JSON escapes."""
+    try:
+        out.write(json.dumps(data, ensure_ascii=False) + "\n")
+    except UnicodeEncodeError:
+        out.write(json.dumps(data) + "\n")
 
 
 def _batch(

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TextIO
 
 from citeformer.app.errors import InputError
+from citeformer.errors import InvalidInputError
+from citeformer.request import check_encodable
 
 __all__ = [
     "JSON_LINES_SUFFIXES",
@@ -97,9 +99,18 @@ def _json_line(number: int, line: str) -> QuestionLine:
     except json.JSONDecodeError as error:
         return QuestionLine(number, None, f"not JSON ({error.msg} at column {error.colno}); "
                                           'write {"question": "..."}')
+    except RecursionError:  # arrays or objects nested thousands deep
+        return QuestionLine(number, None, 'JSON nested too deeply to read; write '
+                                          '{"question": "..."}')
     question = data.get("question") if isinstance(data, dict) else None
     if not isinstance(question, str):
         return QuestionLine(number, None, 'no "question" string; write {"question": "..."}')
     if not question.strip():
         return QuestionLine(number, question, "the question is empty")
+    try:
+        check_encodable("the question", question)
+    except InvalidInputError as error:
+        # The question cannot be written back as UTF-8 either: its characters are escaped.
+        shown = question.encode("utf-8", "backslashreplace").decode()
+        return QuestionLine(number, shown, str(error))
     return QuestionLine(number, question)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -268,12 +269,57 @@ def end_of_sequence_ids(*values: object) -> list[int]:
 def prompt_token_ids(request: GenerationRequest, tokenizer: Any) -> list[int]:
     """The token ids of the prompt the model is shown.
 
-    The request's own prompt, or its chat messages in the tokenizer's chat template.
+    The request's own prompt (its special tokens parsed: the caller wrote it whole), or its chat
+    messages in the tokenizer's chat template. The messages' text (question, sources, history,
+    instructions) is always tokenized as text: a ``<|im_start|>`` it spells out is the characters,
+    never the template's special token, so it cannot forge a turn.
     """
-    prompt = request.prompt
-    if prompt is None:
-        prompt = render_prompt(request.messages(), tokenizer)
-    return list(tokenizer(prompt, add_special_tokens=False).input_ids)
+    if request.prompt is not None:
+        return list(tokenizer(request.prompt, add_special_tokens=False).input_ids)
+    messages = request.messages()
+    controls = _added_token_strings(tokenizer)
+    if not any(control in message["content"] for message in messages for control in controls):
+        prompt = render_prompt(messages, tokenizer)
+        return list(tokenizer(prompt, add_special_tokens=False).input_ids)
+    return _text_tokenized_apart(messages, tokenizer)
+
+
+# Private-use characters: a placeholder for message i is "\ue000<i>\ue001".
+_PLACEHOLDER = re.compile("\ue000(\\d+)\ue001")
+
+
+def _added_token_strings(tokenizer: Any) -> list[str]:
+    """The strings the tokenizer turns into its added (special) tokens wherever text holds them."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    return [token.content for token in decoder.values() if getattr(token, "content", "")]
+
+
+def _text_tokenized_apart(messages: list[dict[str, str]], tokenizer: Any) -> list[int]:
+    """The prompt's ids, each message's content tokenized as text.
+
+    The template's own parts are tokenized as the template means them. For messages whose text
+    spells an added token (else the whole prompt is tokenized at once, as before).
+    """
+    held = [
+        {**message, "content": f"\ue000{index}\ue001"} for index, message in enumerate(messages)
+    ]
+    pieces = _PLACEHOLDER.split(render_prompt(held, tokenizer))
+    placed = [int(index) for index in pieces[1::2]]
+    if sorted(placed) != list(range(len(messages))):
+        raise TokenizerMismatchError(
+            "the tokenizer's chat template changed the messages' text, so it cannot be "
+            "tokenized apart from the template's special tokens; pass prompt= rendered yourself"
+        )
+    ids: list[int] = []
+    for position, piece in enumerate(pieces):
+        if position % 2:
+            ids += tokenizer(
+                messages[int(piece)]["content"], add_special_tokens=False,
+                split_special_tokens=True,
+            ).input_ids
+        elif piece:
+            ids += tokenizer(piece, add_special_tokens=False).input_ids
+    return ids
 
 
 def answer_text(tokenizer: Any, token_ids: Sequence[int], stop_ids: Sequence[int]) -> str:

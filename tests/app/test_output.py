@@ -10,6 +10,7 @@ from citeformer import build_request
 from citeformer.app.documents import Document, Passage, chunk_documents
 from citeformer.app.output import answer_json, format_references, shorten
 from citeformer.app.retrieval import Hit
+from citeformer.render import to_markdown
 from citeformer.testing import FakeGenerator
 
 FILE = "# Paris\n\nParis is the capital\nof France.\n\nBerlin is in Germany.\n"
@@ -38,9 +39,9 @@ def test_references_list_the_cited_sources_with_their_supporting_sentences() -> 
     assert text == (
         "\nReferences:\n"
         "[1] docs/paris.md, lines 3-4\n"
-        '    docs/paris.md, line 3: "Paris is the capital of France."\n'
+        '    line 3: "Paris is the capital of France."\n'
         "[2] docs/paris.md, line 6\n"
-        '    docs/paris.md, line 6: "Berlin is in Germany."\n'
+        '    line 6: "Berlin is in Germany."\n'
     )
 
 
@@ -54,9 +55,9 @@ def test_each_distinct_sentence_is_listed_once_with_its_best_support() -> None:
     lines = format_references(cited, hits).splitlines()
     assert lines[2] == "[1] p.md, lines 1-4"
     assert lines[3:] == [
-        '    p.md, line 2: "It lies in France on the Seine."',
-        '    p.md, line 4: "It has bridges."',
-        '    p.md, line 1: "The capital is old and famous." (weak support)',
+        '    line 2: "It lies in France on the Seine."',
+        '    line 4: "It has bridges."',
+        '    line 1: "The capital is old and famous." (weak support)',
     ]
     assert [c.evidence.weak for c in cited.citations] == [False, False, False, True]
 
@@ -66,7 +67,7 @@ def test_uncited_passages_have_no_evidence_lines() -> None:
     assert text.splitlines()[2:] == [
         "[1] docs/paris.md, lines 3-4 (not cited)",
         "[2] docs/paris.md, line 6",
-        '    docs/paris.md, line 6: "Berlin is in Germany."',
+        '    line 6: "Berlin is in Germany."',
         "[3] docs/other.txt, line 1 (not cited)",
     ]
 
@@ -176,8 +177,25 @@ def test_pdf_passages_are_located_by_page() -> None:
     hits = [Hit(p, 1.0) for p in passages]
     cited = answer("The tower is tall [3].", hits=hits)
     assert format_references(cited, hits).splitlines()[2:] == [
-        "[3] r.pdf, page 2", '    r.pdf, page 2, line 2: "The tower is tall."',
+        "[3] r.pdf, page 2", '    page 2, line 2: "The tower is tall."',
     ]
     evidence = answer_json(cited, hits, "q", "required")["citations"][0]["evidence"]
     assert (evidence["page"], evidence["line"]) == (2, 2)
     assert text[evidence["file_start"]:evidence["file_end"]] == "The tower is tall."
+
+
+def test_a_weak_claim_on_a_sentence_a_strong_one_also_cites_keeps_its_flag() -> None:
+    # Both claims locate the one sentence; the reference list once kept only the first span, so
+    # "Bees sing at night [1]." rendered as supported.
+    text = "Bees perform a waggle dance to show where flowers are."
+    passage = Passage("bees.md", text, 0, len(text), 1, 1)
+    hits = [Hit(passage, 1.0)]
+    cited = answer("Bees perform a waggle dance [1]. Bees sing at night [1].", hits=hits)
+    assert [c.evidence.weak for c in cited.citations] == [False, True]
+    lines = format_references(cited, hits).splitlines()
+    assert lines[3:] == [
+        '    line 1: "Bees perform a waggle dance to show where flowers are."',
+        '    line 1: "Bees perform a waggle dance to show where flowers are." (weak support)',
+    ]
+    markdown = to_markdown(cited)
+    assert markdown.count("waggle dance to show") == 2 and "*(weak support)*" in markdown

@@ -39,7 +39,7 @@ PAGES = [
              metadata={"file_name": "eiffel.pdf", "page_label": "12"}),
     TextNode(id_="bees-p4", text="Honey bees dance to show where the flowers are.",
              metadata={"file_name": "bees.pdf", "page_label": "iv"}),
-    # No title and no file: the reference is labelled by the start of the text.
+    # No title and no file: the start of the text would label it, but the quote shows that.
     TextNode(id_="web", text="<script>alert('x')</script> A script ran here once."),
 ]
 
@@ -92,7 +92,8 @@ def test_html_parses_links_markers_and_escapes_node_text() -> None:
     eiffel = "".join(items["ref-1"].itertext())
     assert eiffel.startswith("eiffel.pdf, page 12")
     assert "It was completed in March 1889 for the World's Fair." in eiffel
-    assert "".join(items["ref-3"].itertext()).startswith("\u201c<script>alert('x')</script>")
+    untitled = "".join(items["ref-3"].itertext())
+    assert untitled.startswith("untitled source<script>alert('x')</script> A script")
     markers = [a.get("href") for a in root.iter("a") if a.get("class") == "citeformer-marker"]
     assert markers == ["#ref-1", "#ref-3"]
     assert page == to_html(core_answer(response))

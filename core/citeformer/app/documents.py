@@ -109,10 +109,12 @@ class Location:
     page: int | None
     """The 1-based page it begins on; ``None`` for an unpaged document."""
 
-    def describe(self) -> str:
-        """``path, line 3``, or ``path, page 2, line 5`` for a PDF."""
-        page = "" if self.page is None else f", page {self.page}"
-        return f"{self.path}{page}, line {self.line}"
+    def describe(self, *, path: bool = True) -> str:
+        """``path, line 3``, or ``path, page 2, line 5`` for a PDF; ``path=False``: ``line 3``."""
+        parts = [self.path] if path else []
+        if self.page is not None:
+            parts.append(f"page {self.page}")
+        return ", ".join([*parts, f"line {self.line}"])
 
     def as_dict(self) -> dict[str, Any]:
         """``path``, ``file_start``, ``file_end``, ``line`` and ``page``."""

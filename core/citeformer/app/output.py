@@ -8,6 +8,7 @@ from typing import Any
 from citeformer import CitedAnswer, EvidenceSpan
 from citeformer.app.documents import Passage
 from citeformer.app.retrieval import Hit
+from citeformer.render.markup import evidence_by_source
 
 __all__ = [
     "EVIDENCE_CHARS",
@@ -36,7 +37,7 @@ def format_references(
     """
     cited = sorted(set(answer.cited_ids))
     numbers = range(1, len(hits) + 1) if all_sources else cited
-    evidence = _evidence_by_source(answer)
+    evidence = evidence_by_source(answer)
     lines = ["", "References:"]
     if not numbers:
         lines.append(f"(none cited; {len(hits)} passage(s) were retrieved, see --all-sources)")
@@ -54,10 +55,13 @@ def format_references(
 
 
 def evidence_line(span: EvidenceSpan, passage: Passage) -> str:
-    """``    path, line 4: "The sentence..."``, with `` (weak support)`` when ``span.weak``."""
+    """``    line 4: "The sentence..."``, with `` (weak support)`` when ``span.weak``.
+
+    The path is on the reference line above; ``page 2, line 5`` for a PDF.
+    """
     where = passage.locate(span.source_start, span.source_end)
     weak = " (weak support)" if span.weak else ""
-    return f'{EVIDENCE_INDENT}{where.describe()}: "{shorten(span.text)}"{weak}'
+    return f'{EVIDENCE_INDENT}{where.describe(path=False)}: "{shorten(span.text)}"{weak}'
 
 
 def shorten(text: str, limit: int = EVIDENCE_CHARS) -> str:
@@ -98,16 +102,3 @@ def answer_json(
     return {"question": question, "policy": policy, **data}
 
 
-def _evidence_by_source(answer: CitedAnswer) -> dict[int, list[EvidenceSpan]]:
-    """Each source's distinct evidence spans, in the order the answer's citations found them."""
-    spans: dict[int, dict[tuple[int, int], EvidenceSpan]] = {}
-    for citation in answer.citations:
-        span = citation.evidence
-        if span is None:
-            continue
-        found = spans.setdefault(citation.source_id, {})
-        key = (span.source_start, span.source_end)
-        # One sentence backing two claims is shown once, with its better support.
-        if key not in found or span.score > found[key].score:
-            found[key] = span
-    return {number: list(found.values()) for number, found in spans.items()}

@@ -29,12 +29,14 @@ __all__ = [
     "Reference",
     "details",
     "escape_markdown",
+    "evidence_by_source",
     "markdown_evidence",
     "markdown_reference",
     "references",
     "to_html",
     "to_markdown",
     "unique_id_prefix",
+    "untitled_label",
 ]
 
 LOCATION_KEYS = ("path", "source", "file_name", "url")
@@ -73,8 +75,9 @@ class Reference:
     """The start of the source's text, white space folded (a label for an untitled source)."""
 
     evidence: tuple[EvidenceSpan, ...]
-    """The located spans of the source that the answer's citations rest on, each once, in order
-    of first citation."""
+    """The located spans of the source that the answer's citations rest on, in order of first
+    citation (``evidence_by_source``: a sentence twice where it backs one claim well and another
+    weakly)."""
 
     entry: Entry | None = None
     """The source's bibliographic entry in the ``style=`` asked for, shown instead of the title;
@@ -102,12 +105,7 @@ def references(
         )
     titles = _per_source("titles", titles, len(answer.sources))
     locations = _per_source("locations", locations, len(answer.sources))
-    spans: dict[int, dict[tuple[int, int], EvidenceSpan]] = {}
-    for citation in answer.citations:
-        found = spans.setdefault(citation.source_id, {})
-        span = citation.evidence
-        if span is not None:
-            found.setdefault((span.source_start, span.source_end), span)
+    spans = evidence_by_source(answer)
     numbers = list(answer.cited_ids if cited_only else range(1, len(answer.sources) + 1))
     entries: list[Entry | None] = (
         format_entries(
@@ -120,10 +118,42 @@ def references(
     return [
         _reference(
             number, answer.sources[number - 1], titles[number - 1], locations[number - 1],
-            tuple(spans.get(number, {}).values()), entry,
+            tuple(spans.get(number, ())), entry,
         )
         for number, entry in zip(numbers, entries, strict=True)
     ]
+
+
+def evidence_by_source(answer: CitedAnswer) -> dict[int, list[EvidenceSpan]]:
+    """Each cited source's evidence spans, in the order the answer's citations found them.
+
+    A sentence that backs several claims is listed once for those it supports and once, flagged,
+    for those it supports weakly (with the weakest score): a weak claim is never hidden behind a
+    strong one that cites the same sentence.
+    """
+    spans: dict[int, dict[tuple[int, int, bool], EvidenceSpan]] = {}
+    for citation in answer.citations:
+        found = spans.setdefault(citation.source_id, {})
+        span = citation.evidence
+        if span is None:
+            continue
+        key = (span.source_start, span.source_end, span.weak)
+        if key not in found or span.score < found[key].score:
+            found[key] = span
+    return {number: list(found.values()) for number, found in spans.items()}
+
+
+def untitled_label(reference: Reference) -> str | None:
+    """The label of a source with neither title nor location: the start of its text.
+
+    ``None`` (shown as "untitled source") where a quote of its evidence shows that text already.
+    """
+    start = reference.snippet.rstrip("…")[:40]
+    for span in reference.evidence:
+        quote = " ".join(span.text.split())
+        if quote.startswith(start) or start.startswith(quote[:40]):
+            return None
+    return reference.snippet
 
 
 def _per_source(
@@ -246,10 +276,13 @@ def _markdown_label(reference: Reference, *, followed: bool) -> str:
             reference.entry, reference.url, escape_markdown, _markdown_formatting,
             lambda url: f"<{url}>", followed=followed,
         )
+    snippet = untitled_label(reference)
     if reference.title:
         label = escape_markdown(reference.title)
+    elif snippet is None:
+        label = "untitled source"
     else:
-        label = f'"{escape_markdown(reference.snippet)}"'
+        label = f'"{escape_markdown(snippet)}"'
     return f"[{label}](<{reference.url}>)" if reference.url else label
 
 
@@ -456,9 +489,11 @@ def _html_reference(ref: Reference, prefix: str) -> str:
             ref.entry, ref.url, _escape_html, _html_formatting, _html_link, followed=bool(shown)
         )
     else:
+        snippet = untitled_label(ref)
         label = (
             _escape_html(ref.title) if ref.title
-            else f"&#8220;{_escape_html(ref.snippet)}&#8221;"
+            else "untitled source" if snippet is None
+            else f"&#8220;{_escape_html(snippet)}&#8221;"
         )
         if ref.url:
             label = _html_link(ref.url, label)

@@ -25,6 +25,7 @@ import pytest
 from citeformer import (
     CitedAnswer,
     Policy,
+    ServerConnectionError,
     ServerGenerator,
     ServerIgnoredGrammarError,
     ServerResponseError,
@@ -289,6 +290,51 @@ def test_a_malformed_body_is_a_clear_error(respond: Respond, stream: bool, match
         with pytest.raises(ServerResponseError, match=match) as info:
             call()
     assert info.value.status_code == 200 and "127.0.0.1" in str(info.value)
+
+
+def corrupt_gzip(handler: Handler, body: dict[str, Any]) -> None:
+    content_type = "text/event-stream" if body.get("stream") else "application/json"
+    handler.send(200, b"\x1f\x8b\x08\x00 this is not gzip", {"Content-Encoding": "gzip"},
+                 content_type=content_type)
+
+
+def nested_arrays(handler: Handler, body: dict[str, Any]) -> None:
+    handler.send(200, "[" * 200_000 + "]" * 200_000)
+
+
+def huge_headers(handler: Handler, body: dict[str, Any]) -> None:
+    handler.send_response(200)
+    for n in range(1600):
+        handler.send_header(f"X-Filler-{n}", "x" * 1000)
+    handler.end_headers()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_a_corrupt_gzip_body_is_a_response_error(stream: bool) -> None:
+    # Once a raw httpx.DecodingError.
+    with serving(corrupt_gzip) as server:
+        gen = generator(server)
+        call = (lambda: "".join(gen.stream(QUESTION, SOURCES))) if stream else (
+            lambda: gen.generate(QUESTION, SOURCES))
+        with pytest.raises(ServerResponseError, match="Content-Encoding cannot decode"):
+            call()
+
+
+def test_json_nested_past_the_recursion_limit_is_a_response_error() -> None:
+    # 400 KB of nested arrays once raised a raw RecursionError.
+    with serving(nested_arrays) as server, pytest.raises(
+        ServerResponseError, match="nested too deeply"
+    ):
+        generator(server).generate(QUESTION, SOURCES)
+
+
+def test_oversized_headers_are_named_as_such() -> None:
+    # 1.6 MB of headers once read "could not reach the server".
+    with serving(huge_headers) as server, pytest.raises(ServerConnectionError) as info:
+        generator(server, max_retries=0).generate(QUESTION, SOURCES)
+    message = str(info.value)
+    assert "malformed HTTP response" in message and "headers are larger" in message
+    assert "could not reach" not in message
 
 
 def test_a_redirect_says_the_server_redirected_and_where() -> None:

@@ -27,6 +27,14 @@ def connection_error(error: Exception, base_url: str, retries: int) -> ServerCon
     reason = redact(error) or type(error).__name__
     if isinstance(error, httpx.TimeoutException):
         reason = f"no answer within the timeout ({type(error).__name__})"
+    elif isinstance(error, httpx.RemoteProtocolError):
+        # The server was reached: what it sent is not HTTP this client accepts.
+        if "buffer too long" in reason.lower() or "header" in reason.lower():
+            reason = f"its response headers are larger than a client accepts ({reason})"
+        return ServerConnectionError(
+            f"the server at {base_url} answered with a malformed HTTP response{tried}: "
+            f"{reason}; check the server, or a proxy in front of it"
+        )
     return ServerConnectionError(
         f"could not reach the server at {base_url}{tried}: {reason}; check that it is running "
         "and that the URL is right"
@@ -40,7 +48,7 @@ def response_error(
     body = said.decode(response.encoding or "utf-8", errors="replace")
     try:
         message = error_message(json.loads(body))
-    except ValueError:
+    except (ValueError, RecursionError):
         message = body.strip()[:1000] or "(empty body)"
     tried = f" (after {retries + 1} attempts)" if retries else ""
     hint = ""
@@ -105,6 +113,22 @@ def json_of(body: bytes, base_url: str) -> Any:
             f"the server at {base_url} answered with something that is not JSON: {text[:300]!r}",
             status_code=200, body=text,
         ) from error
+    except RecursionError as error:  # arrays or objects nested thousands deep
+        text = body.decode(errors="replace")
+        raise ServerResponseError(
+            f"the server at {base_url} answered with JSON nested too deeply to be an answer: "
+            f"{text[:300]!r}",
+            status_code=200, body=text[:1000],
+        ) from error
+
+
+def undecodable_body(error: httpx.DecodingError, base_url: str) -> ServerResponseError:
+    """A body its ``Content-Encoding`` (gzip, deflate, ...) cannot decode."""
+    return ServerResponseError(
+        f"the server at {base_url} sent a body that its Content-Encoding cannot decode "
+        f"({redact(error) or type(error).__name__}); the answer was not returned",
+        status_code=200, body="",
+    )
 
 
 def first_model(body: bytes, base_url: str) -> str:

@@ -133,10 +133,11 @@ def _payload(payload: str, origin: str) -> Event:
         return None
     try:
         event = json.loads(payload)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, RecursionError) as error:
         raise ServerResponseError(
-            f"{origin} sent an event that is not JSON: {payload[:300]!r}",
-            status_code=200, body=payload,
+            f"{origin} sent an event that is not JSON (or JSON nested too deeply to read): "
+            f"{payload[:300]!r}",
+            status_code=200, body=payload[:1000],
         ) from error
     if not isinstance(event, dict):
         raise ServerResponseError(

@@ -10,6 +10,7 @@ import httpx
 from citeformer.answers import StreamedAnswer
 from citeformer.server._assemble import StreamAssembler, body_limit
 from citeformer.server._engines import ServerCall
+from citeformer.server._errors import undecodable_body
 from citeformer.server._sse import Event, asse_events, sse_events
 from citeformer.server._transport import Deadline, Transport
 
@@ -78,6 +79,7 @@ class _Run:
         self.assembler = StreamAssembler(call)
         self._max_line_chars = body_limit(call)
         self._origin = f"the server at {call.base_url}"
+        self._base_url = call.base_url
 
     def events(self, text: Iterator[str]) -> Iterator[Event]:
         """The events of the body ``text``."""
@@ -96,3 +98,5 @@ class _Run:
             if self.deadline.passed():
                 raise self.deadline.error() from error
             raise self.assembler.lost(error) from error
+        except httpx.DecodingError as error:
+            raise undecodable_body(error, self._base_url) from error

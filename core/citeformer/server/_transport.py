@@ -36,6 +36,7 @@ from citeformer.server._errors import (
     redact,
     redirect_error,
     response_error,
+    undecodable_body,
 )
 
 API_KEY_VARIABLES = ("CITEFORMER_API_KEY", "OPENAI_API_KEY")
@@ -347,6 +348,8 @@ class _Body:
             yield
         except httpx.TransportError as error:
             raise self._lost(error) from error
+        except httpx.DecodingError as error:
+            raise undecodable_body(error, self._base_url) from error
 
     def add(self, chunk: bytes) -> bool:
         """Keep ``chunk``; ``False`` once the limit is reached and the rest is not wanted."""

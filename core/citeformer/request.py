@@ -27,6 +27,7 @@ from citeformer.errors import (
     check_positive_int,
 )
 from citeformer.evidence.scoring import DEFAULT_EVIDENCE, Evidence, resolve_evidence
+from citeformer.grammar.markers import strip_markers
 from citeformer.grammar.rules import GrammarOptions, dotted_terms, render_grammar
 from citeformer.prompt import build_messages
 from citeformer.readability import OFF, Readability
@@ -461,6 +462,12 @@ def check_history(history: object) -> tuple[tuple[str, str], ...]:
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError(
                 f"history[{index}] ({role}) has no text ({text!r:.40}); drop empty turns"
+            )
+        if not strip_markers(text):
+            raise InvalidInputError(
+                f"history[{index}] ({role}) holds only citation markers ({text!r:.40}); the "
+                "model is shown earlier turns without their markers, so it would be an empty "
+                "message: drop the turn"
             )
         turns.append((role, check_encodable(f"history[{index}] ({role})", text)))
     return tuple(turns)

@@ -120,6 +120,10 @@ def test_prompt_too_long_says_what_to_shorten(gen: CiteGenerator) -> None:
         gen.generate(QUESTION, ["Paris " * limit], max_new_tokens=8)
     with pytest.raises(PromptTooLongError, match="shorten the question"):
         gen.generate("Paris " * limit, SOURCES, max_new_tokens=8)
+    # A long history is named (the advice once spoke of the sources alone).
+    long_history = [("user", "Paris " * (limit // 2)), ("assistant", "Yes [1].")]
+    with pytest.raises(PromptTooLongError, match=r"fewer earlier turns \(history holds 2\)"):
+        gen.generate(QUESTION, SOURCES, max_new_tokens=8, history=long_history)
 
 
 def test_a_tokenizer_wider_than_the_logits_is_refused() -> None:

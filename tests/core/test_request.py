@@ -251,3 +251,10 @@ def test_a_lone_surrogate_is_refused_naming_its_field(
     message = str(raised.value)
     assert message.startswith(f"{named} holds a lone surrogate (U+")
     assert "at character" in message and "errors='replace'" in message
+
+
+def test_a_turn_of_markers_alone_is_refused() -> None:
+    # It once reached the model as an empty message.
+    with pytest.raises(InvalidInputError, match=r"history\[1\] \(assistant\) holds only citation"):
+        build_request("q", ["s"], history=[("user", "hi"), ("assistant", " [1][2] ")])
+    assert build_request("q", ["s"], history=[("user", "hi"), ("assistant", "Yes [1].")]).history

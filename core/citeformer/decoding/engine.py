@@ -178,6 +178,11 @@ class DecodingEngine:
         question_tokens = len(self.tokenizer(request.question, add_special_tokens=False).input_ids)
         if question_tokens + request.max_new_tokens > limit // 2:
             advice = "shorten the question, or lower max_new_tokens"
+        elif request.history:
+            advice = (
+                f"pass fewer or shorter sources, fewer earlier turns (history holds "
+                f"{len(request.history)}), or a smaller max_new_tokens"
+            )
         else:
             advice = "pass fewer or shorter sources, or a smaller max_new_tokens"
         raise PromptTooLongError(

@@ -1,13 +1,14 @@
 """A ``REQUIRED`` answer's longest word, kept in the grammar's bitmask instead of the grammar.
 
 The ``REQUIRED`` grammar bounds a word at ``max_word_chars`` characters (``char{1,32}``). Xgrammar
-fills a bounded repetition's mask token by token for everything that continues a word: 107 µs
-a row in prose on SmolLM2's vocabulary, against 31 µs for ``char+`` (one thread;
-``benchmarks/steering_speed.py --sections grammar``). Where citeformer's own matcher fills the
-mask (transformers, llama.cpp, its processor inside vLLM), the grammar is compiled with ``char+``
-(``local_grammar``) and ``WordBound`` clears, in the same bitmask, every token that would run a
-word past the bound: the tokens allowed are exactly those of the bounded grammar. A serving
-engine that masks the grammar itself is sent the bounded text.
+fills a bounded repetition's mask token by token for everything that continues a word: 141 µs
+a row on SmolLM2's vocabulary, against 58 µs for ``char+`` with this bound (median over the
+stored technical answers, one thread; ``benchmarks/steering_speed.py --sections grammar``).
+Where citeformer's own matcher fills the mask (transformers, llama.cpp, its processor inside
+vLLM), the grammar is compiled with ``char+`` (``local_grammar``) and ``WordBound`` clears, in
+the same bitmask, every token that would run a word past the bound: the tokens allowed are
+exactly those of the bounded grammar. A serving engine that masks the grammar itself is sent the
+bounded text.
 
 A word is a run of the grammar's word characters (anything but white space, brackets and
 ``.!?``), counted in characters as xgrammar counts them. A word holding a dot is a dotted term
@@ -21,6 +22,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -96,11 +98,14 @@ class _Runs:
                 )
             return self._masks[key]
 
-    def over(self, max_chars: int, run: int) -> np.ndarray:
-        """Whether each token runs a plain word past ``max_chars`` (``run`` -1: no lead bound)."""
-        forbidden = (self.inner > max_chars) | (self.tail > max_chars)
+    def over(self, max_chars: int, run: int, ids: int | slice = slice(None)) -> Any:
+        """Whether each token (or the one ``ids`` names) runs a plain word past ``max_chars``.
+
+        ``run``: the plain word the answer ends in, -1 for none to bound (a dotted word).
+        """
+        forbidden = (self.inner[ids] > max_chars) | (self.tail[ids] > max_chars)
         if run >= 0:
-            forbidden |= self.lead > max_chars - run
+            forbidden |= self.lead[ids] > max_chars - run
         return forbidden
 
 
@@ -161,10 +166,7 @@ class WordBound:
         if token_id >= len(runs.lead) or token_id in self._stop_ids:
             return
         run = self.run
-        if (
-            runs.inner[token_id] > self.max_chars or runs.tail[token_id] > self.max_chars
-            or (run is not None and run + runs.lead[token_id] > self.max_chars)
-        ):
+        if runs.over(self.max_chars, -1 if run is None else run, token_id):
             raise GrammarViolationError(
                 f"token {token_id} was generated but it makes a word longer than "
                 f"{self.max_chars} characters; the logits were not masked with this answer's "

@@ -244,7 +244,8 @@ def _required_body(options: GrammarOptions, terms: Sequence[str], bound_words: b
     # invent "3.5". The terms cost about what the plain rule does (measured on SmolLM2's vocab).
     ends = options.sentence_ends
     char = "[^ \\t\\n\\r\\[\\].!?]"
-    # A bounded run is the costliest rule to mask (107 µs a row in prose against 31 for `+`).
+    # A bounded run is the costliest rule to mask (141 µs a row against 58 for `+`, measured in
+    # benchmarks/steering_speed.py's grammar section).
     word = f"word ::= {char}" + (f"{{1,{options.max_word_chars}}}" if bound_words else "+")
     if terms:
         edge = f"{char}{{0,{TERM_EDGE_CHARS}}}"

@@ -276,10 +276,9 @@ def _markdown_label(reference: Reference, *, followed: bool) -> str:
             reference.entry, reference.url, escape_markdown, _markdown_formatting,
             lambda url: f"<{url}>", followed=followed,
         )
-    snippet = untitled_label(reference)
     if reference.title:
         label = escape_markdown(reference.title)
-    elif snippet is None:
+    elif (snippet := untitled_label(reference)) is None:
         label = "untitled source"
     else:
         label = f'"{escape_markdown(snippet)}"'
@@ -489,12 +488,12 @@ def _html_reference(ref: Reference, prefix: str) -> str:
             ref.entry, ref.url, _escape_html, _html_formatting, _html_link, followed=bool(shown)
         )
     else:
-        snippet = untitled_label(ref)
-        label = (
-            _escape_html(ref.title) if ref.title
-            else "untitled source" if snippet is None
-            else f"&#8220;{_escape_html(snippet)}&#8221;"
-        )
+        if ref.title:
+            label = _escape_html(ref.title)
+        elif (snippet := untitled_label(ref)) is None:
+            label = "untitled source"
+        else:
+            label = f"&#8220;{_escape_html(snippet)}&#8221;"
         if ref.url:
             label = _html_link(ref.url, label)
     label += "".join(f", {_escape_html(detail)}" for detail in shown)

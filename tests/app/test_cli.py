@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from citeformer import AnswerGenerator, GenerationRequest, ModelLoadError, Policy
-from citeformer.app import InputError, Services, main
+from citeformer.app import InputError, Services, main, services
 from citeformer.app.services import connect_server, load_model, looks_like_path
 from citeformer.testing import FakeGenerator
 from tests.app.conftest import EXAMPLES, toy_embed
@@ -230,6 +230,8 @@ def test_device_and_dtype_reach_the_model_loader(fake, docs, capsys) -> None:
 def test_load_model_hands_dtype_and_device_to_the_generator(monkeypatch) -> None:
     from citeformer import CiteGenerator
 
+    monkeypatch.setattr(services, "check_hub_model", lambda model: None)  # as if cached
+
     calls: list[tuple[str | None, dict]] = []
     monkeypatch.setattr(CiteGenerator, "default",
                         staticmethod(lambda **kwargs: calls.append((None, kwargs))))
@@ -430,6 +432,8 @@ def test_a_model_that_fails_to_load_is_a_clean_error(monkeypatch, docs, capsys, 
 
 def test_model_errors_are_model_load_errors(monkeypatch) -> None:
     from citeformer import CiteGenerator
+
+    monkeypatch.setattr(services, "check_hub_model", lambda model: None)  # as if cached
 
     monkeypatch.setattr(CiteGenerator, "from_pretrained",
                         staticmethod(lambda name, **_: (_ for _ in ()).throw(ValueError("bad"))))

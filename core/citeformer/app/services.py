@@ -6,10 +6,12 @@ embedder, a list collecting warnings), so the command runs in tests without a mo
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +26,7 @@ __all__ = [
     "LocalEmbedder",
     "ServedGenerator",
     "Services",
+    "check_hub_model",
     "connect_server",
     "embed_texts",
     "load_model",
@@ -82,17 +85,80 @@ def load_model(
             f"model folder {model!r} does not exist (--model takes a local folder or a "
             "HuggingFace hub id such as HuggingFaceTB/SmolLM2-360M-Instruct)"
         )
+    if not local.exists():
+        check_hub_model(model)
     from citeformer import CiteGenerator
 
     try:
-        return CiteGenerator.from_pretrained(
-            str(local) if local.exists() else model, dtype=dtype, device=device
-        )
+        with _hub_warnings(shown=progress):
+            return CiteGenerator.from_pretrained(
+                str(local) if local.exists() else model, dtype=dtype, device=device
+            )
     except CiteformerError:
         raise
     except Exception as error:  # transformers raises OSError, ValueError, HF hub errors...
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelLoadError(f"could not load model {model!r}: {reason}") from error
+
+
+def check_hub_model(model: str, *, timeout: float = 10.0) -> None:
+    """Raise ``InputError`` unless hub id ``model`` is cached or the hub says it is there.
+
+    One request, where the hub client would retry an unreachable hub five times per file, twice
+    (46 s) before failing: a hub that cannot be reached, a repository that does not exist, is
+    private or gated, each gets a message of its own.
+    """
+    import httpx
+    from huggingface_hub import constants, model_info, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    try:
+        cached = try_to_load_from_cache(model, "config.json")
+    except ValueError as error:  # HFValidationError
+        raise InputError(
+            f"--model {model!r} is neither a local folder nor a HuggingFace hub id: {error}"
+        ) from error
+    if isinstance(cached, str):
+        return  # transformers loads it from the cache
+    if constants.HF_HUB_OFFLINE:
+        raise InputError(
+            f"model {model!r} is not in the HuggingFace cache and HF_HUB_OFFLINE is set: "
+            "unset it to download the model, or pass --model a local folder"
+        )
+    try:
+        model_info(model, timeout=timeout)
+    except GatedRepoError as error:
+        raise InputError(
+            f"model {model!r} is gated on the HuggingFace hub: accept its terms on its page "
+            "and log in (`hf auth login`), or pass --model a local folder"
+        ) from error
+    except RepositoryNotFoundError as error:
+        raise InputError(
+            f"no model {model!r} on the HuggingFace hub (or it is private: log in with "
+            "`hf auth login`); pass --model a hub id such as HuggingFaceTB/SmolLM2-360M-Instruct "
+            "or a local folder"
+        ) from error
+    except HfHubHTTPError:
+        return  # the hub answered (rate limit, server error): loading says what it can
+    except (httpx.HTTPError, OSError) as error:  # no name resolution, refused, timed out
+        reason = str(error).strip() or type(error).__name__
+        raise InputError(
+            f"could not reach the HuggingFace hub ({constants.ENDPOINT}) to download model "
+            f"{model!r}: {reason}; pass --model a local folder, or connect and retry"
+        ) from error
+
+
+@contextlib.contextmanager
+def _hub_warnings(*, shown: bool) -> Iterator[None]:
+    """The hub client's warnings (download retries) while loading, only when ``shown``."""
+    hub = logging.getLogger("huggingface_hub")
+    level = hub.level
+    if not shown:
+        hub.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub.setLevel(level)
 
 
 def connect_server(

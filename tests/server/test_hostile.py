@@ -425,8 +425,17 @@ def stalling(handler: Handler, body: dict[str, Any]) -> None:
     handler.server.released.wait(30)
 
 
+def processing(handler: Handler, body: dict[str, Any]) -> None:
+    """Answers ``102 Processing`` every 50 ms, for ever: each resets a read timeout."""
+    while not handler.server.released.is_set():
+        handler.wfile.write(b"HTTP/1.1 102 Processing\r\n\r\n")
+        handler.wfile.flush()
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("way", WAYS)
-@pytest.mark.parametrize("respond", [trickling, stalling], ids=["trickling", "stalling"])
+@pytest.mark.parametrize("respond", [trickling, stalling, processing],
+                         ids=["trickling", "stalling", "processing"])
 def test_the_deadline_ends_every_call(respond: Respond, way: str) -> None:
     with serving(respond) as server:
         gen = generator(server, timeout=30, deadline=0.6)

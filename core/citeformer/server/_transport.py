@@ -38,6 +38,7 @@ from citeformer.server._errors import (
     response_error,
     undecodable_body,
 )
+from citeformer.server._network import AsyncDeadlineTransport, DeadlineTransport, capped
 
 API_KEY_VARIABLES = ("CITEFORMER_API_KEY", "OPENAI_API_KEY")
 DEFAULT_TIMEOUT_S = 120.0
@@ -81,6 +82,10 @@ class Deadline:
         if self._end is not None and time.monotonic() + seconds >= self._end:
             raise self.error(f" (a retry was due in {seconds:.1f}s)")
         return seconds
+
+    def bounding(self) -> contextlib.AbstractContextManager[None]:
+        """A block in which no socket wait outlasts the deadline (``_network.capped``)."""
+        return capped(self._end)
 
     def error(self, detail: str = "") -> ServerConnectionError:
         return ServerConnectionError(
@@ -149,7 +154,8 @@ class Transport:
         while True:
             try:
                 outcome: httpx.Response | httpx.TransportError
-                outcome = client.send(attempts.request(client, body), stream=True)
+                with deadline.bounding():
+                    outcome = client.send(attempts.request(client, body), stream=True)
                 if attempts.accepts(outcome):
                     return outcome
                 said = self.read(outcome, deadline, SAID_LIMIT_BYTES, cut=True)
@@ -165,7 +171,8 @@ class Transport:
         while True:
             try:
                 outcome: httpx.Response | httpx.TransportError
-                outcome = await client.send(attempts.request(client, body), stream=True)
+                with deadline.bounding():
+                    outcome = await client.send(attempts.request(client, body), stream=True)
                 if attempts.accepts(outcome):
                     return outcome
                 said = await self.aread(outcome, deadline, SAID_LIMIT_BYTES, cut=True)
@@ -181,7 +188,7 @@ class Transport:
         More than ``limit`` bytes raise ``ServerResponseError``, or with ``cut`` end the read.
         """
         body = _Body(self.base_url, deadline, limit, cut=cut)
-        with contextlib.closing(response), body.guard():
+        with contextlib.closing(response), body.guard(), deadline.bounding():
             for chunk in response.iter_bytes():
                 if not body.add(chunk):
                     break
@@ -193,7 +200,7 @@ class Transport:
         """Async ``read``."""
         body = _Body(self.base_url, deadline, limit, cut=cut)
         async with contextlib.aclosing(response):
-            with body.guard():
+            with body.guard(), deadline.bounding():
                 async for chunk in response.aiter_bytes():
                     if not body.add(chunk):
                         break
@@ -201,13 +208,23 @@ class Transport:
 
     def text(self, response: httpx.Response, deadline: Deadline) -> Iterator[str]:
         """The body of an open ``response`` as text, in the pieces it arrives in."""
-        for piece in response.iter_text():
+        pieces = response.iter_text()
+        while True:
+            with deadline.bounding():  # not across the yield: the caller's code is not bounded
+                piece = next(pieces, None)
+            if piece is None:
+                return
             deadline.check()
             yield piece
 
     async def atext(self, response: httpx.Response, deadline: Deadline) -> AsyncIterator[str]:
         """Async ``text``."""
-        async for piece in response.aiter_text():
+        pieces = response.aiter_text()
+        while True:
+            with deadline.bounding():
+                piece = await anext(pieces, None)
+            if piece is None:
+                return
             deadline.check()
             yield piece
 
@@ -250,7 +267,10 @@ class Transport:
         """The pooled client, shared by all threads (``httpx.Client`` is thread-safe)."""
         with self._client_lock:
             if self._client is None:
-                self._client = httpx.Client(**self._client_options())
+                options = self._client_options()
+                if options["transport"] is None:
+                    options["transport"] = DeadlineTransport(options["verify"])
+                self._client = httpx.Client(**options)
             return self._client
 
     def aclient(self) -> httpx.AsyncClient:
@@ -259,7 +279,10 @@ class Transport:
         An ``AsyncClient`` belongs to the event loop it first ran on; the next call may run on
         another.
         """
-        return httpx.AsyncClient(**self._client_options())
+        options = self._client_options()
+        if options["transport"] is None:
+            options["transport"] = AsyncDeadlineTransport(options["verify"])
+        return httpx.AsyncClient(**options)
 
     def close(self) -> None:
         with self._client_lock:

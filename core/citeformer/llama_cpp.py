@@ -88,7 +88,7 @@ class LlamaCppEngine(DecodingEngine):
 
         request = row.request
         hook = None
-        if row.compiled is not None:
+        if request.constrained:
             hook = _SteeringHook(self.steering(row), len(row.prompt_ids), self.tokenizer_info)
         if request.do_sample:
             self.model.set_seed(request.seed if request.seed is not None else _fresh_seed())

@@ -28,7 +28,12 @@ from citeformer.errors import (
 )
 from citeformer.evidence.scoring import DEFAULT_EVIDENCE, Evidence, resolve_evidence
 from citeformer.grammar.markers import strip_markers
-from citeformer.grammar.rules import GrammarOptions, dotted_terms, render_grammar
+from citeformer.grammar.rules import (
+    GrammarOptions,
+    check_marker_slots,
+    dotted_terms,
+    render_grammar,
+)
 from citeformer.prompt import build_messages
 from citeformer.readability import OFF, Readability
 from citeformer.types import CitedAnswer, Policy, Source
@@ -170,6 +175,8 @@ class GenerationRequest:
                 f"grammar must be a citeformer.GrammarOptions, got {type(self.grammar).__name__};"
                 " or pass its options (max_group=...) as keywords of their own"
             )
+        if self.constrained:
+            check_marker_slots(len(self.sources), self.grammar.max_group)
         evidence = self.evidence
         if isinstance(evidence, str) and evidence.strip().lower() == "default":
             evidence = GENERATOR_DEFAULT

@@ -406,7 +406,7 @@ class VLLMGenerator:
                 f"{request.max_new_tokens}, but vLLM's max_model_len is {limit}; pass fewer or "
                 "shorter sources, or a smaller max_new_tokens"
             )
-        return Prepared(request, ids, None)
+        return Prepared(request, ids)
 
     def _sampling(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams

@@ -5,6 +5,7 @@ The real embedded model is exercised in test_default_model.py and the tokenizer-
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -175,3 +176,39 @@ def test_from_pretrained_refuses_bad_placement(saved_model: str) -> None:
         CiteGenerator.from_pretrained(saved_model, device="cpu", device_map="auto")
     with pytest.raises(InvalidInputError, match="dtype 'float64' is not one citeformer loads"):
         CiteGenerator.from_pretrained(saved_model, dtype="float64")
+
+
+def test_a_batch_call_holds_the_grammars_of_one_batch_at_a_time(
+    gen: CiteGenerator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Once every row's grammar was compiled before the first batch ran and held to the end:
+    # 200 rows with their own dotted terms held 200 grammars.
+    import gc
+    import weakref
+
+    engine = gen.engine
+    compiled: list[weakref.ref[Any]] = []
+    alive_at_each_batch: list[int] = []
+    real_compile, real_run = engine.compile, engine.run
+
+    @functools.lru_cache(maxsize=2)  # an engine's cache, of two grammars
+    def compile_(text: str) -> Any:
+        grammar = real_compile.__wrapped__(text)  # compiled afresh, not from the real cache
+        compiled.append(weakref.ref(grammar))
+        return grammar
+
+    def run(rows: Any, **kwargs: Any) -> Any:
+        gc.collect()
+        alive_at_each_batch.append(sum(ref() is not None for ref in compiled))
+        return real_run(rows, **kwargs)
+
+    monkeypatch.setattr(engine, "compile", compile_)
+    monkeypatch.setattr(engine, "run", run)
+    rows = 12
+    questions = [f"What changed in version 3.{row}?" for row in range(rows)]  # a term per row
+    answers = gen.generate_batch(questions, [SOURCES] * rows, batch_size=2, max_new_tokens=4)
+    assert len(answers) == rows and len(compiled) == rows  # each row its own grammar
+    # Before each batch, only what the cache keeps; nothing compiled ahead of its batch.
+    assert alive_at_each_batch[0] == 0 and max(alive_at_each_batch) <= 2, alive_at_each_batch
+    gc.collect()
+    assert sum(ref() is not None for ref in compiled) <= 2

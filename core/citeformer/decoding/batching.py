@@ -11,8 +11,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import xgrammar as xgr
-
 from citeformer.errors import InputTypeError, InvalidInputError
 from citeformer.request import GenerationRequest, SourceLike, build_request
 from citeformer.types import Policy
@@ -34,16 +32,18 @@ DecodingKey = tuple[int, bool, float | None, int | None, bool]
 
 @dataclass(frozen=True)
 class Prepared:
-    """One checked request, ready to decode: its prompt's token ids and compiled grammar."""
+    """One checked request, ready to decode: its prompt's token ids.
+
+    Its grammar is compiled when its batch runs (``DecodingEngine.steering``) and dropped with
+    the batch, so a call of many rows holds the grammars of one batch at a time, beside the
+    engine's cache.
+    """
 
     request: GenerationRequest
     """The request."""
 
     prompt_ids: list[int]
     """Token ids of the prompt the model is shown."""
-
-    compiled: xgr.CompiledGrammar | None
-    """The citation grammar, or ``None`` when the request is unconstrained."""
 
 
 def decoding_key(request: GenerationRequest) -> DecodingKey:

@@ -126,13 +126,10 @@ class DecodingEngine:
             return self._vocab
 
     def prepare(self, request: GenerationRequest) -> Prepared:
-        """Render and tokenize the prompt, check that it fits, and compile the grammar."""
+        """Render and tokenize the prompt and check that it fits."""
         prompt_ids = prompt_token_ids(request, self.tokenizer)
         self._check_fits(request, len(prompt_ids))
-        compiled = (
-            self.compile(local_grammar(request)) if request.constrained else None
-        )
-        return Prepared(request, prompt_ids, compiled)
+        return Prepared(request, prompt_ids)
 
     def run(
         self,
@@ -163,11 +160,11 @@ class DecodingEngine:
 
     def steering(self, row: Prepared) -> RowSteering:
         """The steering of one constrained row: its grammar, quote guard and levers."""
-        if row.compiled is None:
+        if not row.request.constrained:
             raise InvalidInputError("an unconstrained row has no grammar to steer by")
+        compiled = self.compile(local_grammar(row.request))
         return steering_for(
-            row.request, self.vocab, self.stop_token_ids,
-            matcher=xgr.GrammarMatcher(row.compiled),
+            row.request, self.vocab, self.stop_token_ids, matcher=xgr.GrammarMatcher(compiled)
         )
 
     def _check_fits(self, request: GenerationRequest, prompt_tokens: int) -> None:

@@ -25,9 +25,14 @@ __all__ = [
     "DEFAULT_MAX_SENTENCE_WORDS",
     "DEFAULT_MAX_TERMS",
     "DEFAULT_MAX_WORD_CHARS",
+    "MAX_MARKER_SLOTS",
+    "MAX_TERMS",
+    "MAX_TERM_CHARS",
+    "OPTION_LIMITS",
     "TERM_EDGE_CHARS",
     "GrammarOptions",
     "build_grammar",
+    "check_marker_slots",
     "check_terms",
     "dotted_terms",
     "marker_grammar",
@@ -42,6 +47,28 @@ DEFAULT_MAX_TERMS = 64
 """Most dotted terms (``dotted_terms``) one grammar spells out."""
 TERM_EDGE_CHARS = 8
 """Characters a word may hold before and after a dotted term: ``(3.8)``, ``v3.8``, ``3.8,``."""
+
+# The bounds below keep the compile of a grammar's markers, words and terms to a few seconds and
+# tens of MB: at most 3.7 s and 36 MB at their corners on Llama 3's 128k-token vocabulary, two CPU
+# cores (``benchmarks/grammar_bounds.py``). Past them it grows fast: max_word_chars=10000 with 64
+# long terms compiled for 126 s in 1.6 GB, 10,000 sources for 547 s in 6.8 GB. (Verbatim quotes
+# spelled out for a server grow with the sources' text instead, as the prompt does.)
+OPTION_LIMITS: Mapping[str, int] = {
+    "max_group": 10,
+    "max_sentence_words": 1000,
+    "max_word_chars": 128,
+    "max_quote_chars": 10_000,
+    "min_quote_chars": 10_000,
+    "quotable_chars": 100_000,
+}
+"""The largest value of each integer grammar option."""
+MAX_TERMS = 256
+"""Most dotted terms one grammar spells out (``terms=``, ``dotted_terms(max_terms=...)``)."""
+MAX_TERM_CHARS = OPTION_LIMITS["max_word_chars"]
+"""Longest dotted term a grammar spells out."""
+MAX_MARKER_SLOTS = 3000
+"""Most ``n_sources * min(max_group, n_sources)``: the cite-group rules grow with it (0.7 MB of
+grammar at 3,000; 1,000 sources with max_group=10 are 3.2 MB and compile for 29 s)."""
 
 # A dotted term: word characters and hyphens in two or more parts joined by single dots.
 _DOTTED = re.compile(r"[\w-]+(?:\.[\w-]+)+")
@@ -95,6 +122,12 @@ class GrammarOptions:
                     )
             else:
                 check_positive_int(spec.name, value)
+                limit = OPTION_LIMITS[spec.name]
+                if value > limit:
+                    raise InvalidInputError(
+                        f"{spec.name} must be at most {limit}, got {value}: a larger one makes "
+                        f"the grammar too costly to compile; pass {spec.name}={limit} or less"
+                    )
         if self.min_quote_chars > self.max_quote_chars:
             raise InvalidInputError(
                 f"min_quote_chars ({self.min_quote_chars}) is larger than max_quote_chars "
@@ -152,16 +185,41 @@ def build_grammar(
 
 
 def check_terms(terms: Sequence[str]) -> tuple[str, ...]:
-    """``terms`` as a tuple, each checked to be a dotted term a grammar can spell."""
+    """``terms`` as a tuple, each checked to be a dotted term a grammar can spell.
+
+    At most ``MAX_TERMS`` of them, each at most ``MAX_TERM_CHARS`` long.
+    """
     if isinstance(terms, str) or not all(isinstance(term, str) for term in terms):
         raise InputTypeError(f"terms must be a sequence of strings, got {terms!r}")
+    if len(terms) > MAX_TERMS:
+        raise InvalidInputError(
+            f"terms holds {len(terms)} terms, more than the {MAX_TERMS} a grammar spells out; "
+            f"pass the first {MAX_TERMS} (dotted_terms() returns at most {MAX_TERMS})"
+        )
     for term in terms:
+        if len(term) > MAX_TERM_CHARS:
+            raise InvalidInputError(
+                f"term {term[:40]!r}... is {len(term)} characters long, more than the "
+                f"{MAX_TERM_CHARS} a grammar spells out; leave it out"
+            )
         if not _DOTTED.fullmatch(term):
             raise InvalidInputError(
                 f"term {term!r} is not a dotted term (word characters or hyphens joined by "
                 "single dots, such as '3.8' or 'str.join'); take terms from dotted_terms()"
             )
     return tuple(terms)
+
+
+def check_marker_slots(n_sources: int, max_group: int) -> None:
+    """Raise unless ``n_sources`` and ``max_group`` keep within ``MAX_MARKER_SLOTS``."""
+    slots = n_sources * min(max_group, n_sources)
+    if slots > MAX_MARKER_SLOTS:
+        fewest = MAX_MARKER_SLOTS // min(max_group, n_sources)
+        raise InvalidInputError(
+            f"{n_sources} sources with max_group={max_group} make a grammar too costly to "
+            f"compile (n_sources * max_group is {slots}, at most {MAX_MARKER_SLOTS}); pass at "
+            f"most {fewest} sources, or a smaller max_group"
+        )
 
 
 def dotted_terms(
@@ -173,17 +231,26 @@ def dotted_terms(
     A dotted term is two or more runs of word characters or hyphens joined by single dots:
     ``3.8``, ``0.34``, ``str.join``, ``collections.abc.Sequence``, ``e.g``; each one's dotted
     prefixes count too (``collections.abc``). In order of first occurrence, each once, at most
-    ``max_chars`` characters long, the first ``max_terms`` of them.
+    ``max_chars`` characters long, the first ``max_terms`` of them (at most ``MAX_TERMS``).
     """
+    check_positive_int("max_terms", max_terms)
+    if max_terms > MAX_TERMS:
+        raise InvalidInputError(
+            f"max_terms must be at most {MAX_TERMS}, got {max_terms}; a grammar spells out at "
+            f"most {MAX_TERMS} terms"
+        )
+    longest = min(max_chars, MAX_TERM_CHARS)
     found: dict[str, None] = {}
     for text in texts:
         for match in _DOTTED.finditer(text):
             parts = match.group(0).split(".")
             for end in range(2, len(parts) + 1):
                 term = ".".join(parts[:end])
-                if len(term) <= max_chars:
+                if len(term) <= longest:
                     found.setdefault(term, None)
-    return tuple(found)[:max_terms]
+                    if len(found) == max_terms:
+                        return tuple(found)
+    return tuple(found)
 
 
 def render_grammar(
@@ -201,6 +268,7 @@ def render_grammar(
     ``citeformer.decoding.word_bound.WordBound`` bounds (much faster to fill).
     """
     check_positive_int("n_sources", n_sources)
+    check_marker_slots(n_sources, options.max_group)
     if policy is Policy.REQUIRED:
         body = _required_body(options, terms if options.source_terms else (), bound_words)
     elif policy is Policy.QUOTES_ONLY and options.verbatim_quotes and quote_sources is not None:
@@ -229,7 +297,8 @@ def marker_grammar(n_sources: int, max_group: int = DEFAULT_MAX_GROUP) -> str:
     that processor is missing, every marker is still ``[k]`` with 1 <= k <= N.
     """
     check_positive_int("n_sources", n_sources)
-    check_positive_int("max_group", max_group)
+    GrammarOptions(max_group=max_group)  # checks it
+    check_marker_slots(n_sources, max_group)
     prose = "[^\\[\\]]*"
     return f"root ::= {prose} (cite-group {prose})*\n{_cite_group_rules(n_sources, max_group)}"
 

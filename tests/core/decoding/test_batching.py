@@ -109,7 +109,7 @@ def test_answers_come_back_in_input_order(gen: CiteGenerator) -> None:
                       max_new_tokens=6 if i % 2 else 9)
         for i in range(8)
     ]
-    rows = [Prepared(r, [0] * (20 - i), None) for i, r in enumerate(requests)]
+    rows = [Prepared(r, [0] * (20 - i)) for i, r in enumerate(requests)]
     assert plan_batches(rows, 3) == [[6, 4, 2], [0], [7, 5, 3], [1]]
     answers = gen.answer_batch(requests, batch_size=3)
     assert [a.sources for a in answers] == [r.sources for r in requests]
@@ -127,7 +127,7 @@ def test_greedy_rows_share_a_batch_whatever_their_temperature_and_seed() -> None
         build_request(QUESTION, SOURCES, max_new_tokens=8, do_sample=True, seed=2),
         build_request(QUESTION, SOURCES, max_new_tokens=8, constrained=False),
     ]
-    rows = [Prepared(r, [0], None) for r in requests]
+    rows = [Prepared(r, [0]) for r in requests]
     assert plan_batches(rows, 8) == [[0, 1], [2], [3], [4]]
 
 

@@ -8,7 +8,15 @@ import pytest
 import xgrammar as xgr
 from xgrammar.testing import _is_grammar_accept_string
 
-from citeformer import Policy, build_grammar
+from citeformer import GrammarOptions, Policy, build_grammar, build_request
+from citeformer.grammar import (
+    MAX_MARKER_SLOTS,
+    MAX_TERM_CHARS,
+    MAX_TERMS,
+    OPTION_LIMITS,
+    dotted_terms,
+    marker_grammar,
+)
 
 
 @functools.cache
@@ -218,3 +226,68 @@ def test_dotted_terms_found_in_order_with_their_prefixes() -> None:
 def test_bad_terms_are_named(terms: object, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         build_grammar(2, Policy.REQUIRED, terms=terms)  # type: ignore[arg-type]
+
+
+# -- bounds: past them a grammar compiled for minutes in GB (benchmarks/grammar_bounds.py) -------
+
+
+@pytest.mark.parametrize("name", sorted(OPTION_LIMITS))
+def test_each_option_is_bounded(name: str) -> None:
+    limit = OPTION_LIMITS[name]
+    low = {"max_quote_chars": limit} if name == "min_quote_chars" else {}
+    assert getattr(GrammarOptions(**{name: limit, **low}), name) == limit
+    with pytest.raises(ValueError, match=f"{name} must be at most {limit}, got {limit + 1}"):
+        GrammarOptions(**{name: limit + 1, **low})
+
+
+def test_the_red_team_options_are_refused_before_compiling() -> None:
+    # max_word_chars=10000 with 64 terms near that long: 640 KB of grammar, 126 s and 1.6 GB.
+    long_terms = [f"{'a' * 5000}{i}.{'b' * 4990}" for i in range(64)]
+    with pytest.raises(ValueError, match="max_word_chars must be at most 128, got 10000"):
+        build_grammar(3, max_word_chars=10000, terms=long_terms)
+    with pytest.raises(ValueError, match="is 9992 characters long, more than the 128"):
+        build_grammar(3, terms=long_terms)
+    # 10,000 terms: 16 s before.
+    with pytest.raises(ValueError, match="terms holds 10000 terms, more than the 256"):
+        build_grammar(3, terms=[f"3.{i}" for i in range(10_000)])
+
+
+def test_terms_at_the_bounds_are_spelled() -> None:
+    at_bounds = [f"{'a' * 60}{i:03}.{'b' * 64}" for i in range(MAX_TERMS)]
+    assert all(len(term) == MAX_TERM_CHARS for term in at_bounds)
+    grammar = build_grammar(3, terms=at_bounds)
+    assert all(f'"{term}"' in grammar for term in at_bounds)
+    assert xgr.Grammar.from_ebnf(grammar) is not None
+
+
+def test_dotted_terms_keep_within_the_bounds() -> None:
+    text = " ".join(f"v3.{i}" for i in range(1000)) + " " + "a" * 200 + ".b"
+    assert dotted_terms([text], max_chars=10_000, max_terms=MAX_TERMS) == tuple(
+        f"v3.{i}" for i in range(MAX_TERMS))
+    assert dotted_terms(["x" * 200 + ".y"], max_chars=10_000) == ()  # longer than any word
+    with pytest.raises(ValueError, match=f"max_terms must be at most {MAX_TERMS}, got 257"):
+        dotted_terms([text], max_terms=MAX_TERMS + 1)
+
+
+@pytest.mark.parametrize(("n", "group", "allowed"), [
+    (1000, 3, True), (1001, 3, False), (300, 10, True), (301, 10, False), (3000, 1, True),
+    (3001, 1, False), (2, 10, True),  # a group is at most n markers long
+])
+def test_sources_times_group_is_bounded(n: int, group: int, allowed: bool) -> None:
+    slots = n * min(group, n)
+    assert (slots <= MAX_MARKER_SLOTS) is allowed
+    for build in (lambda: build_grammar(n, max_group=group),
+                  lambda: marker_grammar(n, group),
+                  lambda: build_request("q", ["s"] * n, max_group=group)):
+        if allowed:
+            build()
+        else:
+            with pytest.raises(ValueError, match=(
+                f"{n} sources with max_group={group} make a grammar too costly to compile "
+                rf"\(n_sources \* max_group is {slots}, at most {MAX_MARKER_SLOTS}\); pass at "
+                f"most {MAX_MARKER_SLOTS // group} sources")):
+                build()
+
+
+def test_an_unconstrained_request_takes_any_number_of_sources() -> None:
+    assert build_request("q", ["s"] * 5000, constrained=False).n_sources == 5000

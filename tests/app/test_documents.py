@@ -258,7 +258,7 @@ def test_passage_location_and_source() -> None:
     assert source.text == "Text."
     assert dict(source.metadata) == {
         "path": "docs/a.md", "start": 10, "end": 15, "line_start": 3, "line_end": 7,
-        "page": None, "score": 0.5,
+        "page": None, "page_end": None, "score": 0.5,
     }
 
 
@@ -314,17 +314,22 @@ def test_pdf_passages_know_their_page_and_their_line_on_it(tmp_path: Path) -> No
                                                                       (3, 1, 2)]
     assert [p.location for p in passages][1] == f"{tmp_path / 'report.pdf'}, page 2"
     assert passages[1].to_source().metadata["page"] == 2
+    assert passages[1].to_source().metadata["page_end"] == 2
     where = passages[1].locate(passages[1].text.index("It was"), len(passages[1].text))
     assert (where.page, where.line) == (2, 2)
     assert document.text[where.file_start:where.file_end] == "It was completed on 31 March 1889."
 
 
 @needs_pypdf
-def test_a_passage_across_a_page_break_takes_the_page_it_starts_on(tmp_path: Path) -> None:
+def test_a_passage_across_a_page_break_carries_both_pages(tmp_path: Path) -> None:
+    # It was once labelled with its first page only.
     (tmp_path / "report.pdf").write_bytes(text_pdf(PDF_PAGES))
     (passage, *_) = chunk_documents(load_documents([tmp_path]), max_chars=200)
     assert passage.text.startswith("Annual Report") and "31 March 1889" in passage.text
-    assert passage.page == 1
+    assert (passage.page, passage.page_end) == (1, 2)
+    assert passage.location == f"{tmp_path / 'report.pdf'}, pages 1-2"
+    assert {k: passage.to_source().metadata[k] for k in ("page", "page_end")} == {
+        "page": 1, "page_end": 2}
     where = passage.locate(passage.text.index("It was"), passage.text.index("1889") + 4)
     assert (where.page, where.line) == (2, 2)
 

@@ -35,7 +35,6 @@ PAGE = """<!doctype html>
 def test_the_text_a_browser_shows_with_paragraph_breaks() -> None:
     page = html_to_text(PAGE)
     assert page.text == (
-        "Home\n\n"
         "Eiffel Tower\n\n"
         "The tower was completed on 31 March 1889. It is 330 metres tall & made of iron.\n\n"
         "Designer: Gustave Eiffel\nCity: Paris\n\n"
@@ -52,7 +51,7 @@ def test_the_title_comes_from_the_title_element() -> None:
 
 @pytest.mark.parametrize(
     ("words", "line"),
-    [("Home", 11), ("Eiffel Tower\n", 12), ("The tower", 13), ("on 31 March", 14),
+    [("Eiffel Tower\n", 12), ("The tower", 13), ("on 31 March", 14),
      ("made of iron", 14), ("City: Paris", 15), ("year", 18), ("line two", 20)],
 )
 def test_every_offset_knows_its_line_in_the_html_file(words: str, line: int) -> None:
@@ -63,7 +62,7 @@ def test_every_offset_knows_its_line_in_the_html_file(words: str, line: int) -> 
 
 def test_script_style_and_head_never_reach_the_text() -> None:
     page = html_to_text(PAGE)
-    for hidden in ("never", "color", "Enable JavaScript", "utf-8"):
+    for hidden in ("never", "color", "Enable JavaScript", "utf-8", "Home"):
         assert hidden not in page.text
 
 
@@ -84,3 +83,74 @@ def test_markup_without_text_gives_no_text() -> None:
 def test_line_map_bisects() -> None:
     lines = LineMap((0, 10, 25), (3, 5, 9))
     assert [lines.line_of(o) for o in (0, 9, 10, 24, 25, 1000)] == [3, 3, 5, 5, 9, 9]
+
+
+# -- tables and the page's frame (a population table once read "YearPopulation\n19504,200", and a
+# model answered "... contains 2024 pages" from a footer's copyright year) ---------------------
+
+
+def test_table_cells_are_separated_and_rows_are_lines() -> None:
+    table = ("<table><caption>Population</caption><tr><th>Year</th><th>Population</th></tr>"
+             "<tr><td>1950</td><td>4,200</td></tr><tr><td>2000</td><td><b>5</b>,100</td></tr>"
+             "</table><p>After.</p>")
+    assert html_to_text(table).text == (
+        "Population\n\nYear | Population\n1950 | 4,200\n2000 | 5,100\n\nAfter."
+    )
+
+
+PAGE_FRAME = """<body>
+<header><a href="/">Tower News</a> <form role="search"><input> Search</form></header>
+<nav><ul><li>Home</li><li>About</li></ul></nav>
+<div role="navigation"><div>Sections</div> More sections</div>
+<main>
+<article>
+<header><h1>The tower turns 135</h1><p>By A. Writer</p></header>
+<p>The tower was completed in 1889.</p>
+<aside>Related: its lifts.</aside>
+<footer>Filed under history.</footer>
+</article>
+</main>
+<aside class="sidebar">Most read: 10 pages</aside>
+<div role="contentinfo">Contact us</div>
+<footer>&copy; 2024 Tower News. 2024 pages.</footer>
+<p hidden>Never shown.</p>
+</body>"""
+
+
+def test_the_pages_frame_is_dropped_and_the_articles_own_kept() -> None:
+    text = html_to_text(PAGE_FRAME).text
+    assert text == (
+        "The tower turns 135\n\nBy A. Writer\n\nThe tower was completed in 1889.\n\n"
+        "Related: its lifts.\n\nFiled under history."
+    )
+    for dropped in ("Tower News", "Search", "Home", "Sections", "Most read", "Contact", "2024",
+                    "Never"):
+        assert dropped not in text
+
+
+def test_lines_are_kept_past_a_dropped_frame() -> None:
+    page = html_to_text(PAGE_FRAME)
+    line = page.lines.line_of(page.text.index("The tower was"))
+    assert "The tower was completed" in PAGE_FRAME.splitlines()[line - 1]
+
+
+def test_a_frame_left_open_inside_another_closes_with_it() -> None:
+    assert html_to_text("<aside><nav>menu</aside><p>kept</p>").text == "kept"
+    assert html_to_text("<div role=navigation><div>x</div>menu</div><p>kept</p>").text == "kept"
+
+
+def test_a_page_that_is_all_frame_keeps_its_text() -> None:
+    assert html_to_text("<header><h1>Only a header</h1></header>").text == "Only a header"
+    assert html_to_text("<footer>Only this</footer><p hidden>not this</p>").text == "Only this"
+
+
+def test_a_page_with_main_is_read_from_it_alone() -> None:
+    page = ('<div id="help"><h2>Keyboard shortcuts</h2><p>Press ? for help</p></div>'
+            '<a href="#content">Skip to main content</a>'
+            '<div role="main"><h1>Ownership</h1><p>Rules of memory.</p></div><p>Footnote.</p>')
+    assert html_to_text(page).text == "Ownership\n\nRules of memory."
+    assert html_to_text(page.replace('role="main"', "")).text == (
+        "Keyboard shortcuts\n\nPress ? for help\n\nSkip to main content\n\nOwnership\n\n"
+        "Rules of memory.\n\nFootnote.")
+    # An empty <main> is no content: the page outside it is read.
+    assert html_to_text("<main> </main><p>The text.</p>").text == "The text."

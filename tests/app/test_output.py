@@ -123,7 +123,8 @@ def test_json_is_the_answers_dict_with_file_locations() -> None:
         assert data[key] == plain[key]
     assert data["sources"][0] == {
         "id": 1, "title": "paris.md", "text": PARIS.text, "path": "docs/paris.md",
-        "start": 9, "end": 40, "line_start": 3, "line_end": 4, "page": None, "score": 0.9123,
+        "start": 9, "end": 40, "line_start": 3, "line_end": 4, "page": None, "page_end": None,
+        "score": 0.9123,
         "cited": True,
     }
     assert [s["cited"] for s in data["sources"]] == [True, False, False]

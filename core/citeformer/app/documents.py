@@ -13,7 +13,7 @@ followed, so a link back up the tree cannot make the walk endless.
 
 Every passage keeps exact offsets into its document's text (for HTML and PDF, the extracted
 text), the line a reader finds it on (an HTML page's line in the ``.html`` file; a PDF's line
-counted within its page) and, for a PDF, the page it begins on.
+counted within its page) and, for a PDF, the pages it spans (``page`` and ``page_end``).
 """
 
 from __future__ import annotations
@@ -136,6 +136,8 @@ class Passage:
     line_end: int
     page: int | None = None
     """The page the passage begins on (a PDF's); ``None`` for an unpaged document."""
+    page_end: int | None = None
+    """The page it ends on: ``page`` but for a passage packed across a page break."""
     title: str | None = None
     """The document's title; ``None``: the file name."""
     document: Document | None = field(default=None, repr=False, compare=False)
@@ -143,12 +145,21 @@ class Passage:
 
     @property
     def location(self) -> str:
-        """``path, line 3``, ``path, lines 3-7``, or ``path, page 2`` for a PDF."""
+        """``path, line 3``, ``path, lines 3-7``, or ``path, page 2`` (``pages 2-3``) for a PDF."""
         if self.page is not None:
-            return f"{self.path}, page {self.page}"
+            return f"{self.path}, {self.pages}"
         if self.line_start == self.line_end:
             return f"{self.path}, line {self.line_start}"
         return f"{self.path}, lines {self.line_start}-{self.line_end}"
+
+    @property
+    def pages(self) -> str:
+        """``page 2``, or ``pages 2-3`` for a passage across a page break; ``""`` unpaged."""
+        if self.page is None:
+            return ""
+        if self.page_end is None or self.page_end == self.page:
+            return f"page {self.page}"
+        return f"pages {self.page}-{self.page_end}"
 
     def locate(self, source_start: int, source_end: int) -> Location:
         """Where ``text[source_start:source_end]`` lies in the document."""
@@ -170,6 +181,7 @@ class Passage:
             "line_start": self.line_start,
             "line_end": self.line_end,
             "page": self.page,
+            "page_end": self.page_end,
             **extra,
         }
         return Source(self.text, title=self.title or Path(self.path).name, metadata=metadata)
@@ -226,7 +238,8 @@ def chunk_documents(
         Passage(
             doc.path, span.text, span.start, span.end,
             line_start=doc.line_of(span.start), line_end=doc.line_of(span.end - 1),
-            page=doc.page_of(span.start), title=doc.title, document=doc,
+            page=doc.page_of(span.start), page_end=doc.page_of(span.end - 1), title=doc.title,
+            document=doc,
         )
         for doc in documents
         for span in chunk_text(doc.text, max_chars)

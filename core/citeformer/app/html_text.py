@@ -1,10 +1,21 @@
 """The readable text of an HTML page: its paragraphs, its ``<title>``, and the line each came from.
 
 ``html_to_text`` keeps what a browser shows as text: ``<script>``, ``<style>``, ``<template>``,
-``<noscript>``, ``<svg>`` and the ``<head>`` (but for its ``<title>``) are dropped; runs of white
-space collapse to one space, as a browser renders them (``<pre>`` keeps its lines); block elements
-(``<p>``, ``<div>``, headings, lists, tables...) end a paragraph with a blank line and ``<br>``,
-list items and table rows end a line, so the passages are cut where the page's paragraphs end.
+``<noscript>``, ``<svg>``, elements marked ``hidden`` or ``aria-hidden="true"`` and the
+``<head>`` (but for its ``<title>``) are dropped; runs of white space collapse to one space, as a
+browser renders them (``<pre>`` keeps its lines); block elements (``<p>``, ``<div>``, headings,
+lists, tables...) end a paragraph with a blank line and ``<br>``, list items and table rows end a
+line, and the cells of a row are joined by `` | ``, so the passages are cut where the page's
+paragraphs end and a table reads as one row per line.
+
+Of the page's frame, only the content is kept: navigation (``<nav>``, the roles ``navigation``,
+``menu``, ``menubar`` and ``toolbar``) is dropped, and so are the page's own header, footer and
+sidebars (``<header>``, ``<footer>``, ``<aside>`` and the roles ``banner``, ``contentinfo``,
+``complementary``, ``search``), unless they sit inside an ``<article>`` or ``<main>``, where they
+are the article's heading, byline or aside. A page with a ``<main>`` element (or
+``role="main"``) that holds text is read from it alone: the rest of the page is its frame (a help
+popup, a "skip to content" link, a site banner). A page whose text is all in its frame keeps it
+(it is the page's whole text).
 
 Offsets into the extracted text map back to lines of the ``.html`` file (``LineMap``), so a
 reference says the line a reader finds the sentence on in the file they have.
@@ -26,6 +37,23 @@ __all__ = [
 _SKIPPED = frozenset({"script", "style", "template", "noscript", "svg", "head"})
 """Elements whose content is not shown as text (``<title>`` is read apart, as the title)."""
 
+_NAVIGATION = frozenset({"nav"})
+_NAVIGATION_ROLES = frozenset({"navigation", "menu", "menubar", "toolbar"})
+"""The page's menus, dropped wherever they are."""
+
+_FRAME = frozenset({"header", "footer", "aside"})
+_FRAME_ROLES = frozenset({"banner", "contentinfo", "complementary", "search"})
+"""The page's header, footer and sidebars, dropped outside an article or ``<main>``."""
+
+_CELLS = frozenset({"td", "th"})
+"""Elements that begin a table cell: joined to the row's cell before by `` | ``."""
+
+_VOID = frozenset({
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+    "track", "wbr",
+})
+"""Elements that never have an end tag."""
+
 _PARAGRAPHS = frozenset({
     "address", "article", "aside", "blockquote", "body", "caption", "details", "dialog", "div",
     "dl", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5",
@@ -38,7 +66,8 @@ _LINES = frozenset({"br", "dd", "dt", "li", "tr", "option"})
 """Elements that begin and end a line."""
 
 _WORDS = re.compile(r"\S+")
-_STRENGTH = {"": 0, " ": 1, "\n": 2, "\n\n": 3}
+_CELL = " | "
+_STRENGTH = {"": 0, " ": 1, _CELL: 2, "\n": 3, "\n\n": 4}
 
 
 @dataclass(frozen=True)
@@ -72,21 +101,37 @@ class HtmlText:
 
 
 def html_to_text(markup: str) -> HtmlText:
-    """The text a browser would show of ``markup``, its title, and the line of each stretch."""
-    parser = _TextParser()
+    """The text a browser would show of ``markup``, its title, and the line of each stretch.
+
+    Its ``<main>`` when that holds text, else without the page's navigation, header, footer and
+    sidebars, else (nothing but those hold text) all of it.
+    """
+    for main, frame in ((True, False), (False, False), (False, True)):
+        page = _parse(markup, main=main, frame=frame)
+        if page.text.strip():
+            return page
+    return page
+
+
+def _parse(markup: str, *, main: bool, frame: bool) -> HtmlText:
+    parser = _TextParser(main=main, frame=frame)
     parser.feed(markup)
     parser.close()
     return parser.result()
 
 
 class _TextParser(HTMLParser):
-    def __init__(self) -> None:
+    def __init__(self, *, main: bool, frame: bool) -> None:
         super().__init__(convert_charrefs=True)
+        self._main_only = main  # read the text inside <main> alone
+        self._frame = frame  # keep the page's navigation, header, footer and sidebars
+        self._mains: list[tuple[str, int]] = []  # (tag, depth) of each open main element
         self._parts: list[str] = []
         self._length = 0
         self._offsets: list[int] = [0]
         self._lines: list[int] = [1]
-        self._skip: dict[str, int] = {}
+        self._open: dict[str, int] = {}  # open elements of each tag
+        self._hidden: list[tuple[str, int]] = []  # (tag, depth) of each element being dropped
         self._pre = 0
         self._title: list[str] | None = None
         self._title_text: list[str] = []
@@ -95,10 +140,15 @@ class _TextParser(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "title":
             self._title = []
-        elif tag == "body":
-            self._skip.pop("head", None)  # a <head> never closed ends where the body begins
-        elif tag in _SKIPPED:
-            self._skip[tag] = self._skip.get(tag, 0) + 1
+        elif tag == "body":  # a <head> never closed ends where the body begins
+            self._hidden = [(name, depth) for name, depth in self._hidden if name != "head"]
+        if tag not in _VOID:
+            depth = self._open[tag] = self._open.get(tag, 0) + 1
+            named = dict(attrs)
+            if self._hides(tag, named):
+                self._hidden.append((tag, depth))
+            if tag == "main" or (named.get("role") or "").strip().lower() == "main":
+                self._mains.append((tag, depth))
         self._block(tag, opening=True)
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -108,15 +158,19 @@ class _TextParser(HTMLParser):
         if tag == "title" and self._title is not None:
             self._title_text += self._title
             self._title = None
-        elif self._skip.get(tag):
-            self._skip[tag] -= 1
+        elif tag not in _VOID and self._open.get(tag):
+            depth = self._open[tag]
+            self._open[tag] = depth - 1
+            for regions in (self._hidden, self._mains):
+                if (tag, depth) in regions:  # and what it holds that was never closed
+                    del regions[regions.index((tag, depth)):]
         self._block(tag, opening=False)
 
     def handle_data(self, data: str) -> None:
         if self._title is not None:
             self._title.append(data)
             return
-        if any(self._skip.values()):
+        if self._hidden or (self._main_only and not self._mains):
             return
         line = self.getpos()[0]
         if self._pre:
@@ -137,6 +191,18 @@ class _TextParser(HTMLParser):
         return HtmlText("".join(self._parts), title, LineMap(tuple(self._offsets),
                                                              tuple(self._lines)))
 
+    def _hides(self, tag: str, attrs: dict[str, str | None]) -> bool:
+        """Whether the element opened by ``tag`` with ``attrs`` is dropped with its content."""
+        if tag in _SKIPPED or "hidden" in attrs or attrs.get("aria-hidden") == "true":
+            return True
+        if self._frame:
+            return False
+        role = (attrs.get("role") or "").strip().lower()
+        if tag in _NAVIGATION or role in _NAVIGATION_ROLES:
+            return True
+        framing = tag in _FRAME or role in _FRAME_ROLES
+        return framing and not (self._mains or self._open.get("article"))
+
     def _block(self, tag: str, *, opening: bool) -> None:
         if tag == "pre":
             self._pre = max(0, self._pre + (1 if opening else -1))
@@ -144,6 +210,8 @@ class _TextParser(HTMLParser):
             self._owe("\n\n")
         elif tag in _LINES:
             self._owe("\n")
+        elif tag in _CELLS and opening:
+            self._owe(_CELL)
 
     def _owe(self, brk: str) -> None:
         # The strongest break owed wins: a paragraph end over a line end over a space.

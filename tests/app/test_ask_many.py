@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -356,27 +357,25 @@ def test_progress_on_stderr_and_quiet_silences_it(docs, tmp_path, capsys) -> Non
     code, _, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs),
                        "--batch-size", "2", services=services(BatchingFake("It is [1].")))
     assert code == 0
-    bars = [line for line in err.splitlines() if "questions" in line and "[" in line]
-    assert [bar.split("] ")[1].split(" ")[0] for bar in bars] == ["2/5", "4/5", "5/5"]
-    assert bars[-1].startswith("citeformer: [" + "#" * ProgressBar.WIDTH + "] 5/5 questions")
+    assert re.search(r"citeformer: 100%\|[^|]*\| 5/5 \[", err), err
     code, _, err = run(capsys, "ask", "--questions", str(path), "--docs", str(docs), "-q",
                        services=services(BatchingFake("It is [1].")))
     assert code == 0 and err == ""
 
 
-def test_progress_redraws_one_line_on_a_terminal() -> None:
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    screen = Terminal()
-    bar = ProgressBar(4, enabled=True, stream=screen)
-    bar.update(2)
-    bar.update(4, failed=1)
+def test_the_bar_moves_one_answer_at_a_time_with_the_time_left() -> None:
+    # It once moved a batch at a time (0, then 3/3 at the end with the default batch of 8) and
+    # showed no time left.
+    screen = io.StringIO()
+    bar = ProgressBar(4, enabled=True, stream=screen, redraw_s=0)
+    for failed in (False, False, True, False):
+        bar.advance(failed=failed)
     bar.close()
-    text = screen.getvalue()
-    assert text.count("\r") == 2 and text.endswith("\n") and text.count("\n") == 1
-    assert "4/4 questions" in text and "1 failed" in text
+    states = re.findall(r"\| (\d)/4 \[([^\]]*)\]", screen.getvalue())
+    assert [done for done, _ in states] == ["0", "1", "2", "3", "4", "4"]  # close redraws
+    assert all("<" in timing for _, timing in states[1:])  # elapsed<left
+    assert "question" in states[-1][1] and "1 failed" in states[-1][1]
+    assert screen.getvalue().endswith("\n")
 
 
 def test_questions_from_stdin(docs, capsys, monkeypatch) -> None:

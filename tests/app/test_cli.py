@@ -781,3 +781,26 @@ def test_an_html_page_is_cited_by_its_title_and_file_line(fake, tmp_path, capsys
         f"[1] {page}, lines 5-6",
         '    line 6: "It was completed on 31 March 1889."',
     ]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_library_log_is_shown_as_progress_unless_quiet(fake, docs, capsys, quiet) -> None:
+    import logging
+
+    library = logging.getLogger("citeformer.default_model")
+    before = logging.getLogger("citeformer").handlers[:]
+
+    def load(model, **placement):
+        library.info("loading the model from its cache")
+        library.debug("a detail")
+        return fake.generator
+
+    services = dataclasses.replace(fake.services, load_model=load)
+    code, _, err = run(capsys, "ask", "q", "--docs", str(docs), *(["-q"] if quiet else []),
+                       services=services)
+    assert code == 0
+    assert ("citeformer: loading the model from its cache\n" in err) is not quiet
+    assert "a detail" not in err
+    assert logging.getLogger("citeformer").handlers == before  # put back
+    library.info("after the command")
+    assert "after the command" not in capsys.readouterr().err

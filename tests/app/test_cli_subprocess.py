@@ -44,6 +44,8 @@ def test_ask_prints_an_answer_and_references_to_retrieved_passages() -> None:
     assert "Traceback" not in result.stderr
     # progress on stderr: model load, then embedding
     assert "loading model" in result.stderr and "embedding" in result.stderr
+    # and the library's own messages, logged, shown by the command
+    assert "citeformer: SmolLM2-135M-Instruct ready in" in result.stderr
     answer, _, references = result.stdout.partition("\n\nReferences:\n")
     assert answer.strip(), result.stdout
     numbers = check_markers(answer, 3)  # default --top-k 3

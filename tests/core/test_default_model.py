@@ -555,3 +555,27 @@ def test_zeros_in_the_real_weights_are_found_and_rebuilt(cache_copy: Path) -> No
     rebuilt, real = dict(model.named_parameters()), dict(full.model.named_parameters())
     assert rebuilt.keys() == real.keys()
     assert all(torch.equal(rebuilt[name], real[name]) for name in real)
+
+
+LOAD = "from citeformer import CiteGenerator; CiteGenerator.default()"
+
+
+@integration
+@pytest.mark.parametrize(("setup", "shown"), [
+    ("", False),  # logging unconfigured: the library prints nothing
+    ("import logging; logging.basicConfig(level=logging.INFO); ", True),
+])
+def test_loading_logs_and_prints_nothing_unless_asked(
+    default_generator: CiteGenerator, setup: str, shown: bool
+) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", setup + LOAD], capture_output=True,
+                            text=True, timeout=300, check=True)
+    assert result.stdout == ""
+    if not shown:
+        assert result.stderr == ""
+    else:
+        assert "INFO:citeformer.default_model:loading SmolLM2-135M-Instruct" in result.stderr
+        assert "INFO:citeformer.default_model:SmolLM2-135M-Instruct ready in" in result.stderr

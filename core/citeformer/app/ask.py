@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import time
 import warnings
@@ -33,6 +34,7 @@ __all__ = [
     "Progress",
     "ask",
     "index_passages",
+    "library_logging_shown",
     "library_warnings_to",
     "load_passages",
     "open_generator",
@@ -221,6 +223,47 @@ def library_warnings_to(warn: Callable[[str], None]) -> Iterator[None]:
 
         warnings.showwarning = show
         yield
+
+
+@contextlib.contextmanager
+def library_logging_shown(*, shown: bool) -> Iterator[None]:
+    """While the block runs, citeformer's log messages (INFO and up) read ``citeformer: ...``.
+
+    The library only logs (``logging.getLogger("citeformer...")``); the command shows what it
+    logs on stderr, as its own progress lines, unless ``shown`` is false (``--quiet``). The
+    logger's handlers and settings are restored after.
+    """
+    library = logging.getLogger("citeformer")
+    if not shown:
+        yield
+        return
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+    saved = library.level, library.propagate
+    library.addHandler(handler)
+    library.setLevel(logging.INFO)
+    library.propagate = False
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+        library.setLevel(saved[0])
+        library.propagate = saved[1]
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a message comes, not as it was at the start."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
 
 
 def silence_library_progress() -> None:

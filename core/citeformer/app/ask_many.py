@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -85,46 +84,35 @@ def ask_many(options: AskOptions, services: Services, out: TextIO) -> int:
 
 
 class ProgressBar:
-    """``citeformer: [####------] 8/20 questions, 1.9s each`` on stderr, silenced by ``--quiet``.
+    """A tqdm bar on stderr that moves one step per answer written; silenced by ``--quiet``.
 
-    On a terminal the line is redrawn in place; otherwise (a log file) one line per update.
+    ``citeformer:  40%|####      | 8/20 [00:15<00:23,  1.9s/question, 1 failed]``: the share
+    done, the time so far and left, the time per question and the lines that failed.
     """
 
-    WIDTH = 24
+    def __init__(
+        self, total: int, *, enabled: bool, stream: TextIO | None = None,
+        redraw_s: float = 0.1,
+    ) -> None:
+        from tqdm import tqdm
 
-    def __init__(self, total: int, *, enabled: bool, stream: TextIO | None = None) -> None:
-        self.total = total
-        self.enabled = enabled
-        self.stream = stream
-        self._started = time.perf_counter()
-        self._drawn = 0
+        # ``redraw_s``: the shortest time between two redraws (tqdm's mininterval).
+        self._bar = tqdm(
+            total=total, desc=PROG, unit="question", file=stream or sys.stderr,
+            disable=not enabled, dynamic_ncols=True, mininterval=redraw_s, miniters=1,
+        )
+        self._failed = 0
 
-    def update(self, done: int, failed: int = 0) -> None:
-        """Show that ``done`` of the questions are finished, ``failed`` of them with an error."""
-        if not self.enabled:
-            return
-        filled = self.WIDTH * done // max(self.total, 1)
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        line = f"{PROG}: [{bar}] {done}/{self.total} questions"
-        if done:
-            line += f", {(time.perf_counter() - self._started) / done:.1f}s each"
+    def advance(self, *, failed: bool = False) -> None:
+        """One more question written, ``failed`` if as an error object."""
         if failed:
-            line += f", {failed} failed"
-        stream = self.stream or sys.stderr
-        if stream.isatty():
-            stream.write("\r" + line.ljust(self._drawn))
-            self._drawn = len(line)
-        else:
-            stream.write(line + "\n")
-        stream.flush()
+            self._failed += 1
+            self._bar.set_postfix_str(f"{self._failed} failed", refresh=False)
+        self._bar.update(1)
 
     def close(self) -> None:
-        """End the line a terminal was redrawing."""
-        stream = self.stream or sys.stderr
-        if self.enabled and self._drawn:
-            stream.write("\n")
-            stream.flush()
-            self._drawn = 0
+        """End the bar's line."""
+        self._bar.close()
 
 
 class BatchAnswerer:
@@ -189,7 +177,6 @@ def _answer_all(
         say(f"answering {len(items)} question(s), {options.batch_size} at a time")
     bar = ProgressBar(len(items), enabled=not options.quiet)
     failed: list[int] = []
-    done = 0
     try:
         for first in range(0, len(items), options.batch_size):
             chunk = items[first:first + options.batch_size]
@@ -200,8 +187,7 @@ def _answer_all(
                     services.warn(f"line {item.line}: {data['error']}")
                 _write_line(out, data)
                 out.flush()  # each line on disk as it is written: a crash loses none of them
-            done += len(chunk)
-            bar.update(done, len(failed))
+                bar.advance(failed="error" in data)
     finally:
         bar.close()
         if answerer is not None:

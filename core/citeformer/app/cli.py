@@ -60,6 +60,7 @@ from citeformer.app.ask import (
     DTYPE_CHOICES,
     AskOptions,
     ask,
+    library_logging_shown,
     library_warnings_to,
 )
 from citeformer.app.ask_many import ask_many
@@ -93,7 +94,7 @@ def main(argv: Sequence[str] | None = None, *, services: Services | None = None)
         _check_combinations(args, ask_parser)
         _check_device(args.device)
         options = _options(args)
-        with library_warnings_to(services.warn):
+        with library_warnings_to(services.warn), library_logging_shown(shown=not options.quiet):
             if options.questions is not None:
                 ask_many(options, services, sys.stdout)
             else:

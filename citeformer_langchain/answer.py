@@ -1,7 +1,10 @@
 """The LangChain-side answer: citeformer's ``CitedAnswer`` with ``Document``s for Sources.
 
-``DocumentCitation``, ``CitationAnswer`` and its streaming twin ``CitationAnswerChunk`` live
-together here, as ``AIMessage`` and ``AIMessageChunk`` do in langchain-core.
+``CitationAnswer`` is an ``AIMessage`` (its ``content`` is the answer's text) and its streaming
+twin ``CitationAnswerChunk`` an ``AIMessageChunk``, so the runnable's output goes on as a chat
+model's does: into ``StrOutputParser`` (the text), a chat history, a message list. What a chat
+model would put in ``response_metadata`` and ``usage_metadata`` is there (the finish reason, the
+token counts); the citations, documents and quotes are fields of their own.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 from langchain_core.documents import Document
+from langchain_core.messages import AIMessage, AIMessageChunk
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from typing_extensions import Self
 
@@ -74,17 +78,17 @@ class DocumentQuote(BaseModel):
     """The document the quote comes from (the very object that was passed in)."""
 
 
-class CitationAnswer(BaseModel):
-    """An answer whose every ``[N]`` marker points at one of ``documents``.
+class CitationAnswer(AIMessage):
+    """An answer whose every ``[N]`` marker points at one of ``documents``: an ``AIMessage``.
 
-    ``citations`` are in order of appearance; ``citations[i].document`` is
-    ``documents[citations[i].source_id - 1]``. ``documents`` are the documents the model was
-    shown: those passed in, in order, without any left out for having a blank ``page_content``.
-    ``to_dict()`` gives a plain dict for JSON, ``cited_answer`` the core answer it stands for.
+    ``content`` (and ``text``, and ``str(answer)``) is the answer as generated, markers
+    included; ``CitationAnswer(text=...)`` sets it. ``citations`` are in order of appearance;
+    ``citations[i].document`` is ``documents[citations[i].source_id - 1]``. ``documents`` are
+    the documents the model was shown: those passed in, in order, without any left out for
+    having a blank ``page_content``. ``response_metadata`` holds ``finish_reason`` and
+    ``usage_metadata`` the token counts, as a chat model's message does. ``to_dict()`` gives a
+    plain dict for JSON, ``cited_answer`` the core answer it stands for.
     """
-
-    text: str = ""
-    """The answer as generated, markers included."""
 
     citations: list[DocumentCitation] = Field(default_factory=list)
     """Every marker in ``text``, in order of appearance."""
@@ -107,6 +111,21 @@ class CitationAnswer(BaseModel):
     """Number of tokens generated, the end-of-sequence token included."""
 
     _cited: CitedAnswer | None = PrivateAttr(default=None)
+
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
+        kwargs.setdefault("content", text)
+        if kwargs.get("finish_reason") is not None:
+            kwargs.setdefault("response_metadata", {"finish_reason": kwargs["finish_reason"]})
+        if kwargs.get("prompt_tokens") or kwargs.get("generated_tokens"):
+            prompt, generated = kwargs.get("prompt_tokens", 0), kwargs.get("generated_tokens", 0)
+            kwargs.setdefault("usage_metadata", {
+                "input_tokens": prompt, "output_tokens": generated,
+                "total_tokens": prompt + generated,
+            })
+        super().__init__(**kwargs)
+
+    def __str__(self) -> str:
+        return self.text
 
     @classmethod
     def from_cited_answer(
@@ -156,10 +175,11 @@ class CitationAnswer(BaseModel):
         ``title_keys``). A streamed chunk that is not the last one, or an answer built by hand,
         has none: its fields are made into one, titled by the default keys.
         """
-        if self._cited is not None and self._cited.text == self.text:
+        text = str(self.text)
+        if self._cited is not None and self._cited.text == text:
             return self._cited
         return CitedAnswer(
-            text=self.text,
+            text=text,
             citations=tuple(
                 Citation(c.source_id, c.start, c.end, c.evidence) for c in self.citations
             ),
@@ -213,8 +233,8 @@ class CitationAnswer(BaseModel):
         return data
 
 
-class CitationAnswerChunk(CitationAnswer):
-    """A piece of a streamed ``CitationAnswer``; chunks add up with ``+``.
+class CitationAnswerChunk(CitationAnswer, AIMessageChunk):
+    """A piece of a streamed ``CitationAnswer``, an ``AIMessageChunk``; chunks add up with ``+``.
 
     Every chunk but the last carries only ``text``. The last one carries the rest of the text
     (possibly ``""``), every citation and quote (offsets into the full text), the documents, the
@@ -222,18 +242,20 @@ class CitationAnswerChunk(CitationAnswer):
     returns.
     """
 
+    type: Literal["AIMessageChunk"] = "AIMessageChunk"
+
     @classmethod
     def last(cls, answer: CitedAnswer, documents: Sequence[Document], *, shown: str) -> Self:
         """The last chunk of a stream whose earlier chunks showed ``shown``: the citations,
         quotes, documents, finish reason and token counts, with the text not shown yet."""
         final = cls.from_cited_answer(answer, documents)
-        return final.model_copy(update={"text": unshown_text(answer.text, shown)})
+        return final.model_copy(update={"content": unshown_text(answer.text, shown)})
 
-    def __add__(self, other: object) -> CitationAnswerChunk:
+    def __add__(self, other: object) -> CitationAnswerChunk:  # type: ignore[override]
         if not isinstance(other, CitationAnswerChunk):
             return NotImplemented
         total = CitationAnswerChunk(
-            text=self.text + other.text,
+            content=str(self.text) + str(other.text),
             citations=[*self.citations, *other.citations],
             # Only the last chunk has these; a later chunk's values win.
             documents=other.documents or self.documents,

@@ -39,8 +39,9 @@ class CitationRunnable(CitationSettings):
 
     The input is a dict with the question under ``"question"`` (or ``"input"``) and the
     Documents under ``"context"`` (or ``"documents"``); other keys are ignored. The output is a
-    ``CitationAnswer``: ``.text``, ``.citations`` (``source_id``, ``start``, ``end``,
-    ``document``), ``.documents`` and ``.to_dict()``.
+    ``CitationAnswer``, an ``AIMessage`` (so ``StrOutputParser`` takes it): ``.text`` (its
+    ``content``), ``.citations`` (``source_id``, ``start``, ``end``, ``document``),
+    ``.documents``, ``.usage_metadata`` and ``.to_dict()``.
 
     In a conversation the earlier turns go under ``"chat_history"``: ``HumanMessage`` and
     ``AIMessage``s (what ``RunnableWithMessageHistory`` passes with

@@ -34,7 +34,7 @@ def answer_chunks(
         # chunks join to the answer's text.
         for piece in pieces:
             shown += piece
-            yield CitationAnswerChunk(text=piece)
+            yield CitationAnswerChunk(content=piece)
     finally:
         # Closing the core's iterator stops its generation thread when the consumer leaves early;
         # without it the model would run on, holding the generator's lock.
@@ -114,7 +114,7 @@ class AwaitedChunks:
             self._ended = True
             return CitationAnswerChunk.last(self._stream.answer, self._documents, shown=self._shown)
         self._shown += piece
-        return CitationAnswerChunk(text=piece)
+        return CitationAnswerChunk(content=piece)
 
     async def aclose(self) -> None:
         """Close the stream: leaving early closes the connection, so the server stops."""

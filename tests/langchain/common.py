@@ -41,3 +41,12 @@ def assert_guarantee(answer: CitationAnswer, documents: list[Document]) -> None:
         assert 1 <= citation.source_id <= len(documents)
         assert citation.document is answer.documents[citation.source_id - 1]
         assert answer.text[citation.start:citation.end] == f"[{citation.source_id}]"
+
+
+CHUNK_ONLY = {"type", "chunk_position", "tool_call_chunks"}
+"""What an ``AIMessageChunk`` has beyond the ``AIMessage`` it adds up to."""
+
+
+def answer_fields(answer: CitationAnswer) -> dict[str, Any]:
+    """The fields of an answer or of its chunks' sum, but for those only a chunk has."""
+    return {k: v for k, v in answer.model_dump().items() if k not in CHUNK_ONLY}

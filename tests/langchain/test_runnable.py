@@ -37,7 +37,14 @@ from citeformer_langchain import (
     CitationInput,
     CitationRunnable,
 )
-from tests.langchain.common import DOCS, WORD, ask, assert_guarantee, best_source
+from tests.langchain.common import (
+    DOCS,
+    WORD,
+    answer_fields,
+    ask,
+    assert_guarantee,
+    best_source,
+)
 
 
 @pytest.fixture
@@ -271,7 +278,7 @@ def test_schemas_describe_the_real_input_and_output(cite: CitationRunnable) -> N
     properties = cite.get_input_jsonschema()["properties"]
     assert {"question", "input", "context", "documents"} <= set(properties)
     assert cite.get_output_schema() is CitationAnswer
-    assert {"text", "citations", "documents"} <= set(cite.get_output_jsonschema()["properties"])
+    assert {"content", "citations", "documents"} <= set(cite.get_output_jsonschema()["properties"])
     assert cite.OutputType is CitationAnswer
     fields = CitationRunnable.model_json_schema()["properties"]
     assert "generator" not in fields
@@ -382,7 +389,7 @@ def test_stream_yields_text_then_citations(cite: CitationRunnable) -> None:
     total = chunks[0]
     for chunk in chunks[1:]:
         total = total + chunk
-    assert total.model_dump() == {**cite.invoke(ask("capital of Germany?")).model_dump()}
+    assert answer_fields(total) == answer_fields(cite.invoke(ask("capital of Germany?")))
     assert_guarantee(total, DOCS)
 
 
@@ -719,3 +726,41 @@ def test_batch_with_a_local_model_keeps_one_result_per_input() -> None:
     answers = asyncio.run(cite.abatch([ask(q) for q in QUESTIONS]))
     assert fake.batches[-1] == (3, 8)
     assert [a.text for a in answers] == [cite.invoke(ask(q)).text for q in QUESTIONS]
+
+
+# -- the output is a chat model's message: it composes as one does --------------------------------
+
+
+def test_str_output_parser_ends_the_chain_with_the_text(cite: CitationRunnable) -> None:
+    # Once a pydantic ValidationError (input_type=CitationAnswer).
+    from langchain_core.output_parsers import StrOutputParser
+
+    chain = {"context": RunnableLambda(fake_retriever), "question": RunnablePassthrough()} | cite
+    answer = chain.invoke("What is the capital of Spain?")
+    text = (chain | StrOutputParser()).invoke("What is the capital of Spain?")
+    assert isinstance(text, str) and text == answer.text
+    assert str(answer) == text and f"{answer}" == text
+    streamed = list((chain | StrOutputParser()).stream("What is the capital of Spain?"))
+    assert len(streamed) > 1 and "".join(streamed) == text
+
+
+def test_the_answer_is_an_ai_message_with_usage_and_finish_reason(cite: CitationRunnable) -> None:
+    from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
+    from langchain_core.messages.utils import message_chunk_to_message
+
+    answer = cite.invoke(ask("capital of Germany?"))
+    assert isinstance(answer, AIMessage) and answer.content == answer.text
+    assert answer.response_metadata == {"finish_reason": "stop"}
+    usage = answer.usage_metadata
+    assert usage is not None and usage["input_tokens"] == answer.prompt_tokens > 0
+    assert usage["output_tokens"] == answer.generated_tokens > 0
+    assert usage["total_tokens"] == answer.prompt_tokens + answer.generated_tokens
+    history = [HumanMessage("capital of Germany?"), answer]  # a chat history holds it as it is
+    assert history[1].type == "ai"
+    chunks = list(cite.stream(ask("capital of Germany?")))
+    assert all(isinstance(chunk, AIMessageChunk) for chunk in chunks)
+    total = chunks[0]
+    for chunk in chunks[1:]:
+        total = total + chunk
+    whole = message_chunk_to_message(total)  # langchain-core's own chunk -> message
+    assert isinstance(whole, CitationAnswer) and answer_fields(whole) == answer_fields(answer)

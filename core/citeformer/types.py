@@ -177,6 +177,10 @@ class CitedAnswer:
     quotes: tuple[Quote, ...] = ()
     """Every verbatim quote (``QUOTES_ONLY``), located in the source it cites; empty otherwise."""
 
+    def __str__(self) -> str:
+        """The text: ``print(answer)`` shows the answer, ``repr`` every field."""
+        return self.text
+
     def source_for(self, citation: Citation) -> Source:
         """The source a citation points at."""
         return self.sources[citation.source_id - 1]

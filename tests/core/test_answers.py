@@ -28,6 +28,12 @@ def test_a_finished_answer_is_parsed() -> None:
     assert (result.finish_reason, result.prompt_tokens, result.generated_tokens) == ("stop", 5, 9)
 
 
+def test_an_answer_prints_as_its_text() -> None:
+    result = answer("It was completed in 1889 [1].")
+    assert str(result) == f"{result}" == "It was completed in 1889 [1]."
+    assert repr(result).startswith("CitedAnswer(text=")  # every field, for debugging
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -5,7 +5,7 @@ from citeformer_llamaindex.chat_engine import CitationChatEngine, CitationStream
 from citeformer_llamaindex.embeddings import MiniLMEmbedding
 from citeformer_llamaindex.llm import CiteformerLLM
 from citeformer_llamaindex.local_llm import LocalLLM
-from citeformer_llamaindex.render import render_html, render_markdown
+from citeformer_llamaindex.render import core_answer, render_html, render_markdown
 from citeformer_llamaindex.splitting import PARENT_END_KEY, PARENT_START_KEY, CitationChunker
 from citeformer_llamaindex.synthesizer import INSTRUCTIONS_PROMPT_KEY, CitationSynthesizer
 
@@ -20,6 +20,7 @@ __all__ = [
     "CiteformerLLM",
     "LocalLLM",
     "MiniLMEmbedding",
+    "core_answer",
     "render_html",
     "render_markdown",
 ]

@@ -44,7 +44,7 @@ PUBLIC = {
     "citeformer_llamaindex": [
         "INSTRUCTIONS_PROMPT_KEY", "PARENT_END_KEY", "PARENT_START_KEY", "CitationChatEngine",
         "CitationChunker", "CitationStreamingChatResponse", "CitationSynthesizer", "CiteformerLLM",
-        "LocalLLM", "MiniLMEmbedding", "render_html", "render_markdown",
+        "LocalLLM", "MiniLMEmbedding", "core_answer", "render_html", "render_markdown",
     ],
 }
 """Each package's public names: a name added or dropped is a decision, made here too."""

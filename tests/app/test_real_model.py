@@ -112,6 +112,8 @@ def test_a_pdf_is_answered_with_its_pages(model: Recording, tmp_path, capsys) ->
     for source in answer["sources"]:
         assert extracted[source["start"]:source["end"]] == source["text"]
         assert source["page"] == 1 + sum(start <= source["start"] for start in _starts(pages)[1:])
+        last = source["end"] - 1
+        assert source["page_end"] == 1 + sum(start <= last for start in _starts(pages)[1:])
     for citation in answer["citations"]:
         evidence = citation["evidence"]
         if evidence is not None:
@@ -124,7 +126,9 @@ def test_a_pdf_is_answered_with_its_pages(model: Recording, tmp_path, capsys) ->
     refs = [line for line in out.split("References:\n")[1].splitlines() if line.startswith("[")]
     for line in refs:
         k = int(line[1:line.index("]")])
-        assert line == f"[{k}] {pdf}, page {answer['sources'][k - 1]['page']}"
+        first, last = answer["sources"][k - 1]["page"], answer["sources"][k - 1]["page_end"]
+        pages_shown = f"page {first}" if first == last else f"pages {first}-{last}"
+        assert line == f"[{k}] {pdf}, {pages_shown}"  # a passage across a break names both
 
 
 def _wrap(paragraph: str, width: int = 90) -> str:

@@ -145,9 +145,10 @@ class _TextParser(HTMLParser):
         if tag not in _VOID:
             depth = self._open[tag] = self._open.get(tag, 0) + 1
             named = dict(attrs)
-            if self._hides(tag, named):
+            role = (named.get("role") or "").strip().lower()
+            if self._hides(tag, named, role):
                 self._hidden.append((tag, depth))
-            if tag == "main" or (named.get("role") or "").strip().lower() == "main":
+            if tag == "main" or role == "main":
                 self._mains.append((tag, depth))
         self._block(tag, opening=True)
 
@@ -191,13 +192,12 @@ class _TextParser(HTMLParser):
         return HtmlText("".join(self._parts), title, LineMap(tuple(self._offsets),
                                                              tuple(self._lines)))
 
-    def _hides(self, tag: str, attrs: dict[str, str | None]) -> bool:
-        """Whether the element opened by ``tag`` with ``attrs`` is dropped with its content."""
+    def _hides(self, tag: str, attrs: dict[str, str | None], role: str) -> bool:
+        """Whether the element opened by ``tag`` (``attrs``, ARIA ``role``) is dropped whole."""
         if tag in _SKIPPED or "hidden" in attrs or attrs.get("aria-hidden") == "true":
             return True
         if self._frame:
             return False
-        role = (attrs.get("role") or "").strip().lower()
         if tag in _NAVIGATION or role in _NAVIGATION_ROLES:
             return True
         framing = tag in _FRAME or role in _FRAME_ROLES

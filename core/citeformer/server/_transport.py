@@ -267,10 +267,7 @@ class Transport:
         """The pooled client, shared by all threads (``httpx.Client`` is thread-safe)."""
         with self._client_lock:
             if self._client is None:
-                options = self._client_options()
-                if options["transport"] is None:
-                    options["transport"] = DeadlineTransport(options["verify"])
-                self._client = httpx.Client(**options)
+                self._client = httpx.Client(**self._client_options(DeadlineTransport))
             return self._client
 
     def aclient(self) -> httpx.AsyncClient:
@@ -279,10 +276,7 @@ class Transport:
         An ``AsyncClient`` belongs to the event loop it first ran on; the next call may run on
         another.
         """
-        options = self._client_options()
-        if options["transport"] is None:
-            options["transport"] = AsyncDeadlineTransport(options["verify"])
-        return httpx.AsyncClient(**options)
+        return httpx.AsyncClient(**self._client_options(AsyncDeadlineTransport))
 
     def close(self) -> None:
         with self._client_lock:
@@ -295,15 +289,19 @@ class Transport:
         """Whether no pooled connection is held."""
         return self._client is None
 
-    def _client_options(self) -> dict[str, Any]:
+    def _client_options(
+        self, network: type[DeadlineTransport] | type[AsyncDeadlineTransport]
+    ) -> dict[str, Any]:
+        """A client's options; its transport the given one, else ``network`` (the deadline's)."""
         with self._ssl_lock:
             # Loading the CA certificates is most of the cost of a new client (about 0.1 s):
             # the async calls, one client each, share one context.
             if self._ssl is None:
                 self._ssl = httpx.create_ssl_context()
+        transport = self._transport if self._transport is not None else network(self._ssl)
         return {
             "base_url": self.base_url, "headers": self._headers, "auth": self._auth,
-            "timeout": self.timeout, "transport": self._transport, "verify": self._ssl,
+            "timeout": self.timeout, "transport": transport, "verify": self._ssl,
         }
 
 

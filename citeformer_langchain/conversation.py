@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
 from langchain_core.runnables import (
     Runnable,
     RunnableConfig,
@@ -30,12 +31,18 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import Field
 from typing_extensions import override
 
-from citeformer.conversation import DEFAULT_CONDENSE_TOKENS, acondense, condense
+from citeformer.conversation import (
+    DEFAULT_CONDENSE_TOKENS,
+    condense_messages,
+    free_text_request,
+    standalone_question,
+)
 from citeformer.errors import InputTypeError, InvalidInputError
-from citeformer.request import check_question
+from citeformer.request import AsyncAnswerGenerator, check_question
 from citeformer_langchain.answer import CitationAnswer
 from citeformer_langchain.inputs import QUESTION_KEYS, read_history
 from citeformer_langchain.models import GeneratorStep
+from citeformer_langchain.tracing import AsyncModelRun, ModelRun
 
 if TYPE_CHECKING:
     from langchain_core.retrievers import RetrieverLike
@@ -89,24 +96,39 @@ class StandaloneQuestion(GeneratorStep[dict[str, Any], str]):
     ) -> str:
         return await self._acall_with_config(self._acondense, input, config, run_type="chain")
 
-    def _condense(self, input: Any) -> str:
+    def _condense(self, input: Any, run_manager: CallbackManagerForChainRun) -> str:
         question, history = _read(input)
         if not history:
-            return question
-        return condense(
-            self._generator(), history, question, max_new_tokens=self.max_new_tokens
+            return question  # nothing to resolve: no model call
+        generator = self._generator()
+        request = free_text_request(
+            generator, condense_messages(history, question), max_new_tokens=self.max_new_tokens
         )
+        with ModelRun.start(run_manager, self._traced(generator), request) as run:
+            answer = generator.answer(request)
+            run.ended(answer)
+        return standalone_question(answer.text, question)
 
-    async def _acondense(self, input: Any) -> str:
+    async def _acondense(self, input: Any, run_manager: AsyncCallbackManagerForChainRun) -> str:
         question, history = _read(input)
         if not history:
             return question
-        if self.resolved_generator is None:
-            # Loading the default model blocks for seconds: off the event loop too.
-            return await run_in_executor(None, self._condense, input)
-        return await acondense(
-            self.resolved_generator, history, question, max_new_tokens=self.max_new_tokens
+        generator = self.resolved_generator
+        if generator is None:
+            # Loading the default model blocks for seconds: off the event loop.
+            generator = await run_in_executor(None, self._generator)
+        request = free_text_request(
+            generator, condense_messages(history, question), max_new_tokens=self.max_new_tokens
         )
+        async with await AsyncModelRun.start(
+            run_manager, self._traced(generator), request
+        ) as run:
+            if isinstance(generator, AsyncAnswerGenerator):
+                answer = await generator.aanswer(request)
+            else:
+                answer = await run_in_executor(None, generator.answer, request)
+            await run.ended(answer)
+        return standalone_question(answer.text, question)
 
 
 def conversational_chain(

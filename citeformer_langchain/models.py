@@ -35,6 +35,7 @@ from citeformer.integration import (
     unsupported_llm,
 )
 from citeformer.request import AnswerGenerator, AsyncAnswerGenerator
+from citeformer_langchain.tracing import TracedModel
 
 __all__ = ["ACCEPTED_MODELS", "GeneratorStep", "generator_from"]
 
@@ -205,3 +206,8 @@ class GeneratorStep(RunnableSerializable[Input, Output], Generic[Input, Output])
     def _served(self) -> bool:
         # An async generator (ServerGenerator) is awaited, and answers many requests at once.
         return isinstance(self._built, AsyncAnswerGenerator)
+
+    def _traced(self, generator: AnswerGenerator) -> TracedModel:
+        """How a call of ``generator`` is reported to LangChain's callbacks: as ``llm`` when
+        one was given."""
+        return TracedModel.of(generator, self.llm)

@@ -7,12 +7,19 @@ from collections.abc import AsyncIterator, Generator, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
+from langchain_core.documents import Document
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import get_config_list, run_in_executor
 from typing_extensions import override
 
 from citeformer.conversation import DEFAULT_CONDENSE_TOKENS
-from citeformer.request import DEFAULT_BATCH_SIZE, AsyncAnswerGenerator
+from citeformer.request import (
+    DEFAULT_BATCH_SIZE,
+    AnswerGenerator,
+    AsyncAnswerGenerator,
+    GenerationRequest,
+)
 from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk
 from citeformer_langchain.batching import answer_inputs
 from citeformer_langchain.conversation import conversational_chain
@@ -23,8 +30,10 @@ from citeformer_langchain.streaming import (
     ChunkSource,
     LazyChunks,
     ThreadedChunks,
+    TracedChunks,
     answer_chunks,
 )
+from citeformer_langchain.tracing import AsyncModelRun, ModelRun
 
 if TYPE_CHECKING:
     from langchain_core.retrievers import RetrieverLike
@@ -112,6 +121,17 @@ class CitationRunnable(CitationSettings):
     send the requests side by side, for the server to batch. ``return_exceptions=True`` gives
     one result or exception per input.
 
+    Tracing:
+        The model's call is a child run of this step's run, reported as LangChain's models
+        report theirs (``citeformer_langchain.tracing``): ``on_chat_model_start`` with the
+        messages the model is shown (``on_llm_start`` with the prompt for a
+        ``HuggingFacePipeline`` or ``OpenAI``), ``on_llm_new_token`` per streamed piece,
+        ``on_llm_end`` with the text and token usage, or ``on_llm_error``. So LangSmith, Phoenix
+        or a callback handler show a model span, and ``astream_events`` has
+        ``on_chat_model_start``/``_stream``/``_end`` events. The callbacks, tags and metadata of
+        an ``llm=`` model are its run's too. In a batch every input's model run starts before
+        the inputs are decoded together and ends when they are.
+
     ``llm=`` takes your own LangChain model as it is (see ``GeneratorStep``); any other model or
     a misspelt keyword is refused at construction.
     """
@@ -188,15 +208,10 @@ class CitationRunnable(CitationSettings):
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
         # A model in this process decodes the inputs together (CiteGenerator.answer_batch, at
         # most max_concurrency rows at once); each input still gets its own run and callbacks.
-        configs = get_config_list(config, len(inputs))
-        results = self._answer_together(inputs, configs, kwargs)
-        outputs: list[Any] = []
-        for input_, config_, result in zip(inputs, configs, results, strict=True):
-            try:
-                outputs.append(self._call_with_config(partial(_given, result), input_, config_))
-            except Exception as error:
-                outputs.append(_reported(error, return_exceptions))
-        return outputs
+        answer_all = partial(self._answer_all, options=self._call_options(kwargs))
+        return self._batch_with_config(
+            answer_all, inputs, config, return_exceptions=return_exceptions
+        )
 
     @override
     async def abatch(
@@ -211,17 +226,10 @@ class CitationRunnable(CitationSettings):
             return await super().abatch(
                 inputs, config, return_exceptions=return_exceptions, **kwargs
             )
-        configs = get_config_list(config, len(inputs))
-        results = await run_in_executor(None, self._answer_together, inputs, configs, kwargs)
-        outputs: list[Any] = []
-        for input_, config_, result in zip(inputs, configs, results, strict=True):
-            try:
-                outputs.append(
-                    await self._acall_with_config(partial(_agiven, result), input_, config_)
-                )
-            except Exception as error:
-                outputs.append(_reported(error, return_exceptions))
-        return outputs
+        answer_all = partial(self._aanswer_all, options=self._call_options(kwargs))
+        return await self._abatch_with_config(
+            answer_all, inputs, config, return_exceptions=return_exceptions
+        )
 
     @override
     def batch_as_completed(  # type: ignore[override]
@@ -271,45 +279,178 @@ class CitationRunnable(CitationSettings):
     ) -> AsyncIterator[CitationAnswerChunk]:
         options = self._call_options(kwargs)
         chunks = self._atransform_stream_with_config(
-            _one(input), lambda inputs: LazyChunks(partial(self._open, inputs, options)), config
+            _one(input),
+            lambda inputs, run_manager: LazyChunks(
+                partial(self._open, inputs, options, run_manager)
+            ),
+            config,
         )
         async for chunk in cast(AsyncIterator[CitationAnswerChunk], chunks):
             yield chunk
 
-    def _answer(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
+    def _answer(
+        self, input: Any, options: dict[str, Any], run_manager: CallbackManagerForChainRun
+    ) -> CitationAnswer:
         request, documents = self._request(input, options)
-        return CitationAnswer.from_cited_answer(self._generator().answer(request), documents)
+        generator = self._generator()
+        with ModelRun.start(run_manager, self._traced(generator), request) as run:
+            answer = CitationAnswer.from_cited_answer(generator.answer(request), documents)
+            run.ended(answer)
+        return answer
 
-    async def _aanswer(self, input: Any, options: dict[str, Any]) -> CitationAnswer:
-        generator = self.resolved_generator
-        if not isinstance(generator, AsyncAnswerGenerator):
-            # In-process generation blocks for seconds: keep it off the event loop.
-            return await run_in_executor(None, self._answer, input, options)
+    async def _aanswer(
+        self, input: Any, options: dict[str, Any], run_manager: AsyncCallbackManagerForChainRun
+    ) -> CitationAnswer:
         request, documents = self._request(input, options)
-        return CitationAnswer.from_cited_answer(await generator.aanswer(request), documents)
+        generator = await self._agenerator()
+        async with await AsyncModelRun.start(
+            run_manager, self._traced(generator), request
+        ) as run:
+            if isinstance(generator, AsyncAnswerGenerator):
+                cited = await generator.aanswer(request)
+            else:
+                # In-process generation blocks for seconds: keep it off the event loop.
+                cited = await run_in_executor(None, generator.answer, request)
+            answer = CitationAnswer.from_cited_answer(cited, documents)
+            await run.ended(answer)
+        return answer
 
-    def _answer_together(
-        self, inputs: Sequence[Any], configs: Sequence[RunnableConfig], kwargs: dict[str, Any]
+    def _answer_all(
+        self,
+        inputs: Sequence[Any],
+        options: dict[str, Any],
+        run_manager: list[CallbackManagerForChainRun],
+        config: list[RunnableConfig],
+    ) -> list[CitationAnswer | Exception]:
+        generator = self._generator()
+        model = self._traced(generator)
+        prepared = self._prepare_all(inputs, options)
+        runs = [
+            None if isinstance(item, Exception) else ModelRun.start(manager, model, item[0])
+            for manager, item in zip(run_manager, prepared, strict=True)
+        ]
+        try:
+            results = self._decode(generator, prepared, config)
+        except BaseException as error:
+            for run in runs:
+                if run is not None:
+                    run.failed(error)
+            raise
+        for run, result in zip(runs, results, strict=True):
+            if run is None:
+                continue
+            if isinstance(result, Exception):
+                run.failed(result)
+            else:
+                run.ended(result)
+        return results
+
+    async def _aanswer_all(
+        self,
+        inputs: Sequence[Any],
+        options: dict[str, Any],
+        run_manager: list[AsyncCallbackManagerForChainRun],
+        config: list[RunnableConfig],
+    ) -> list[CitationAnswer | Exception]:
+        generator = await self._agenerator()
+        model = self._traced(generator)
+        prepared = self._prepare_all(inputs, options)
+        runs = [
+            None if isinstance(item, Exception)
+            else await AsyncModelRun.start(manager, model, item[0])
+            for manager, item in zip(run_manager, prepared, strict=True)
+        ]
+        try:
+            results = await run_in_executor(None, self._decode, generator, prepared, config)
+        except BaseException as error:
+            for run in runs:
+                if run is not None:
+                    await run.failed(error)
+            raise
+        for run, result in zip(runs, results, strict=True):
+            if run is None:
+                continue
+            if isinstance(result, Exception):
+                await run.failed(result)
+            else:
+                await run.ended(result)
+        return results
+
+    def _prepare_all(self, inputs: Sequence[Any], options: dict[str, Any]) -> list[Prepared]:
+        """Each input's request and documents, or the error that refused it."""
+        prepared: list[Prepared] = []
+        for input_ in inputs:
+            try:
+                prepared.append(self._request(input_, options))
+            except Exception as error:  # this input's own error, reported with its result
+                prepared.append(error)
+        return prepared
+
+    @staticmethod
+    def _decode(
+        generator: AnswerGenerator, prepared: list[Prepared], configs: list[RunnableConfig]
     ) -> list[CitationAnswer | Exception]:
         return answer_inputs(
-            self._generator(), inputs, partial(self._request, options=self._call_options(kwargs)),
+            generator, prepared, _unpacked,
             batch_size=configs[0].get("max_concurrency") or DEFAULT_BATCH_SIZE,
         )
 
     def _stream(
-        self, inputs: Iterator[Any], options: dict[str, Any]
+        self,
+        inputs: Iterator[Any],
+        options: dict[str, Any],
+        run_manager: CallbackManagerForChainRun,
     ) -> Generator[CitationAnswerChunk, None, None]:
         request, documents = self._request(next(inputs), options)  # stream() passes one input
-        yield from answer_chunks(self._generator().answer_stream(request), documents)
+        generator = self._generator()
+        with ModelRun.start(run_manager, self._traced(generator), request) as run:
+            for chunk in answer_chunks(generator.answer_stream(request), documents):
+                run.streamed(chunk)
+                yield chunk
 
-    async def _open(self, inputs: AsyncIterator[Any], options: dict[str, Any]) -> ChunkSource:
+    async def _open(
+        self,
+        inputs: AsyncIterator[Any],
+        options: dict[str, Any],
+        run_manager: AsyncCallbackManagerForChainRun,
+    ) -> ChunkSource:
         input_ = await anext(inputs)  # astream() passes exactly one input
-        generator = self.resolved_generator
+        request, documents = self._request(input_, options)
+        generator = await self._agenerator()
+        run = await AsyncModelRun.start(run_manager, self._traced(generator), request)
+        source: ChunkSource
         if isinstance(generator, AsyncAnswerGenerator):
-            request, documents = self._request(input_, options)
-            return AwaitedChunks(generator.aanswer_stream(request), documents)
-        # Starting an in-process stream (and loading the default model) blocks: in the thread.
-        return ThreadedChunks(self._stream(iter([input_]), options))
+            try:
+                source = AwaitedChunks(generator.aanswer_stream(request), documents)
+            except BaseException as error:
+                await run.failed(error)
+                raise
+        else:
+            # Starting an in-process stream blocks: it starts on the first chunk, in the thread.
+            source = ThreadedChunks(_started(generator, request, documents))
+        return TracedChunks(source, run)
+
+    async def _agenerator(self) -> AnswerGenerator:
+        """The generator; loading the default model (seconds) runs off the event loop."""
+        if self.resolved_generator is not None:
+            return self.resolved_generator
+        return await run_in_executor(None, self._generator)
+
+
+Prepared = tuple[GenerationRequest, list[Document]] | Exception
+"""An input's request and documents, or the error that refused it."""
+
+
+def _unpacked(item: Prepared) -> tuple[GenerationRequest, list[Document]]:
+    if isinstance(item, Exception):
+        raise item
+    return item
+
+
+def _started(
+    generator: AnswerGenerator, request: GenerationRequest, documents: list[Document]
+) -> Generator[CitationAnswerChunk, None, None]:
+    yield from answer_chunks(generator.answer_stream(request), documents)
 
 
 async def _one(input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
@@ -321,14 +462,3 @@ def _reported(error: Exception, return_exceptions: bool) -> Exception:
     if not return_exceptions:
         raise error
     return error
-
-
-def _given(result: CitationAnswer | Exception, _input: Any) -> CitationAnswer:
-    # The answer of one input of a batch, decoded with the others, as its own run's output.
-    if isinstance(result, Exception):
-        raise result
-    return result
-
-
-async def _agiven(result: CitationAnswer | Exception, _input: Any) -> CitationAnswer:
-    return _given(result, _input)

@@ -17,8 +17,16 @@ from langchain_core.runnables.config import run_in_executor
 
 from citeformer.request import AnswerChunks, AsyncAnswerChunks
 from citeformer_langchain.answer import CitationAnswerChunk
+from citeformer_langchain.tracing import AsyncModelRun
 
-__all__ = ["AwaitedChunks", "ChunkSource", "LazyChunks", "ThreadedChunks", "answer_chunks"]
+__all__ = [
+    "AwaitedChunks",
+    "ChunkSource",
+    "LazyChunks",
+    "ThreadedChunks",
+    "TracedChunks",
+    "answer_chunks",
+]
 
 _DONE = object()
 
@@ -161,3 +169,28 @@ class ThreadedChunks:
     def _close(self) -> None:
         with self._lock:
             self._chunks.close()
+
+
+class TracedChunks:
+    """The chunks of another source, each reported to the model's run as it passes."""
+
+    def __init__(self, source: ChunkSource, run: AsyncModelRun) -> None:
+        self._source = source
+        self._run = run
+
+    async def next(self) -> CitationAnswerChunk:
+        """The source's next chunk, reported (the last one ends the run)."""
+        try:
+            chunk = await self._source.next()
+        except StopAsyncIteration:
+            raise
+        except BaseException as error:
+            await self._run.failed(error)
+            raise
+        await self._run.streamed(chunk)
+        return chunk
+
+    async def aclose(self) -> None:
+        """Stop the source; a run not ended yet ends as closed early."""
+        await self._source.aclose()
+        await self._run.failed(GeneratorExit("the stream was closed before its last chunk"))

@@ -145,13 +145,16 @@ def test_stream_yields_tokens_then_citations(chain: Any, eiffel: CitationAnswer)
     assert_guarantee(total, eiffel.documents)
 
 
-def test_batch_gives_each_input_its_own_answer(
-    cite: CitationRunnable, retriever: Any, eiffel: CitationAnswer, everest: CitationAnswer
-) -> None:
+def test_batch_gives_each_input_its_own_answer(retriever: Any) -> None:
+    # In float32 left padding leaves greedy answers as they are one at a time (benchmarks/
+    # README.md: 51 of 51). In bfloat16, the default where the CPU computes it natively, the
+    # padded shapes round differently and a near-tie can flip a token.
+    model = CiteGenerator.default(progress=False, dtype="float32")
+    cite = CitationRunnable(generator=model, max_new_tokens=TOKENS)
     inputs = [{"question": q, "context": retriever.invoke(q)} for q in (EIFFEL, EVEREST)]
+    alone = [cite.invoke(input_).text for input_ in inputs]
     answers = cite.batch(inputs)
-    assert answers[0].text == eiffel.text  # each the answer invoke gives for that input alone
-    assert answers[1].text == everest.text
+    assert [answer.text for answer in answers] == alone  # each the answer of its input alone
     assert answers[0].text != answers[1].text
     for answer, input_ in zip(answers, inputs, strict=True):
         assert_guarantee(answer, input_["context"])

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from langchain_core.runnables import RunnableSerializable
+from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
@@ -211,3 +212,9 @@ class GeneratorStep(RunnableSerializable[Input, Output], Generic[Input, Output])
         """How a call of ``generator`` is reported to LangChain's callbacks: as ``llm`` when
         one was given."""
         return TracedModel.of(generator, self.llm)
+
+    async def _agenerator(self) -> AnswerGenerator:
+        """The generator; loading the default model (seconds) runs off the event loop."""
+        if self._built is not None:
+            return self._built
+        return await run_in_executor(None, self._generator)

@@ -8,30 +8,30 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
-from langchain_core.documents import Document
 from langchain_core.runnables import Runnable, RunnableConfig
-from langchain_core.runnables.config import get_config_list, run_in_executor
+from langchain_core.runnables.config import run_in_executor
 from typing_extensions import override
 
 from citeformer.conversation import DEFAULT_CONDENSE_TOKENS
 from citeformer.request import (
     DEFAULT_BATCH_SIZE,
-    AnswerGenerator,
     AsyncAnswerGenerator,
-    GenerationRequest,
 )
 from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk
-from citeformer_langchain.batching import answer_inputs
+from citeformer_langchain.batching import (
+    InOrderAsCompleted,
+    aanswer_traced,
+    answer_traced,
+    prepare_all,
+)
 from citeformer_langchain.conversation import conversational_chain
 from citeformer_langchain.inputs import CitationInput
 from citeformer_langchain.settings import CitationSettings
 from citeformer_langchain.streaming import (
-    AwaitedChunks,
     ChunkSource,
     LazyChunks,
-    ThreadedChunks,
-    TracedChunks,
     answer_chunks,
+    traced_chunks,
 )
 from citeformer_langchain.tracing import AsyncModelRun, ModelRun
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["CitationRunnable"]
 
 
-class CitationRunnable(CitationSettings):
+class CitationRunnable(InOrderAsCompleted[dict[str, Any], CitationAnswer], CitationSettings):
     """Answers a question from retrieved ``Document``s; every ``[N]`` marker in the answer
     points at the N-th Document the model was shown (1-based), because a grammar masks any other
     number.
@@ -52,14 +52,9 @@ class CitationRunnable(CitationSettings):
     ``content``), ``.citations`` (``source_id``, ``start``, ``end``, ``document``),
     ``.documents``, ``.usage_metadata`` and ``.to_dict()``.
 
-    In a conversation the earlier turns go under ``"chat_history"``: ``HumanMessage`` and
-    ``AIMessage``s (what ``RunnableWithMessageHistory`` passes with
-    ``history_messages_key="chat_history"``) or ``("user" | "assistant", text)`` pairs. The
-    model sees them before this turn's Documents, without their citation markers (they numbered
-    the Documents of their own turn), and the grammar allows only this turn's numbers. A
-    ``SystemMessage`` (or a tool message) in the history is refused: the citation instructions
-    are the one system message, and ``instructions=`` replaces them.
-    ``CitationRunnable.conversational(retriever)`` builds the whole history-aware chain.
+    Earlier turns go under ``"chat_history"`` (messages or ``(role, text)`` pairs; see
+    ``citeformer_langchain.inputs``), shown without their markers; ``conversational(retriever)``
+    builds the whole history-aware chain.
 
     Documents become citeformer Sources in order, titled and (when blank) left out as
     ``CitationSettings`` says: ``[N]`` is always ``answer.documents[N - 1]``.
@@ -80,7 +75,6 @@ class CitationRunnable(CitationSettings):
                                     engine="vllm")  # your own served model
             cite = CitationRunnable(generator=CiteGenerator.from_pretrained(name),
                                     policy="auto", max_new_tokens=96, evidence="embedding")
-            cite = CitationRunnable(generator=ServerGenerator("http://vllm:8000", engine="vllm"))
             cite = CitationRunnable(generator=FakeGenerator())  # citeformer.testing, for tests
             chain = {"context": retriever, "question": RunnablePassthrough()} | cite
             chain = CitationRunnable.from_retriever(retriever)  # the same, in one line
@@ -122,15 +116,10 @@ class CitationRunnable(CitationSettings):
     one result or exception per input.
 
     Tracing:
-        The model's call is a child run of this step's run, reported as LangChain's models
-        report theirs (``citeformer_langchain.tracing``): ``on_chat_model_start`` with the
-        messages the model is shown (``on_llm_start`` with the prompt for a
-        ``HuggingFacePipeline`` or ``OpenAI``), ``on_llm_new_token`` per streamed piece,
-        ``on_llm_end`` with the text and token usage, or ``on_llm_error``. So LangSmith, Phoenix
-        or a callback handler show a model span, and ``astream_events`` has
-        ``on_chat_model_start``/``_stream``/``_end`` events. The callbacks, tags and metadata of
-        an ``llm=`` model are its run's too. In a batch every input's model run starts before
-        the inputs are decoded together and ends when they are.
+        The model's call is a child run of this step's run, reported as LangChain's own models
+        report theirs (chat model or LLM start, a token per streamed piece, end with the token
+        usage): tracers show a model span, ``astream_events`` ``on_chat_model_*`` events
+        (``citeformer_langchain.tracing``).
 
     ``llm=`` takes your own LangChain model as it is (see ``GeneratorStep``); any other model or
     a misspelt keyword is refused at construction.
@@ -232,39 +221,6 @@ class CitationRunnable(CitationSettings):
         )
 
     @override
-    def batch_as_completed(  # type: ignore[override]
-        self,
-        inputs: Sequence[dict[str, Any]],
-        config: RunnableConfig | Sequence[RunnableConfig] | None = None,
-        *,
-        return_exceptions: bool = False,
-        **kwargs: Any,
-    ) -> Iterator[tuple[int, CitationAnswer | Exception]]:
-        # Sequential for the same reason as batch(), so "as completed" is input order.
-        configs = get_config_list(config, len(inputs))
-        for index, (input_, config_) in enumerate(zip(inputs, configs, strict=True)):
-            try:
-                yield index, self.invoke(input_, config_, **kwargs)
-            except Exception as error:
-                yield index, _reported(error, return_exceptions)
-
-    @override
-    async def abatch_as_completed(  # type: ignore[override]
-        self,
-        inputs: Sequence[dict[str, Any]],
-        config: RunnableConfig | Sequence[RunnableConfig] | None = None,
-        *,
-        return_exceptions: bool = False,
-        **kwargs: Any,
-    ) -> AsyncIterator[tuple[int, CitationAnswer | Exception]]:
-        configs = get_config_list(config, len(inputs))
-        for index, (input_, config_) in enumerate(zip(inputs, configs, strict=True)):
-            try:
-                yield index, await self.ainvoke(input_, config_, **kwargs)
-            except Exception as error:
-                yield index, _reported(error, return_exceptions)
-
-    @override
     def stream(
         self, input: dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[CitationAnswerChunk]:
@@ -322,28 +278,9 @@ class CitationRunnable(CitationSettings):
         run_manager: list[CallbackManagerForChainRun],
         config: list[RunnableConfig],
     ) -> list[CitationAnswer | Exception]:
-        generator = self._generator()
-        model = self._traced(generator)
-        prepared = self._prepare_all(inputs, options)
-        runs = [
-            None if isinstance(item, Exception) else ModelRun.start(manager, model, item[0])
-            for manager, item in zip(run_manager, prepared, strict=True)
-        ]
-        try:
-            results = self._decode(generator, prepared, config)
-        except BaseException as error:
-            for run in runs:
-                if run is not None:
-                    run.failed(error)
-            raise
-        for run, result in zip(runs, results, strict=True):
-            if run is None:
-                continue
-            if isinstance(result, Exception):
-                run.failed(result)
-            else:
-                run.ended(result)
-        return results
+        generator, prepared = self._generator(), prepare_all(self._request, inputs, options)
+        return answer_traced(generator, self._traced(generator), prepared, run_manager,
+                             batch_size=config[0].get("max_concurrency") or DEFAULT_BATCH_SIZE)
 
     async def _aanswer_all(
         self,
@@ -352,47 +289,10 @@ class CitationRunnable(CitationSettings):
         run_manager: list[AsyncCallbackManagerForChainRun],
         config: list[RunnableConfig],
     ) -> list[CitationAnswer | Exception]:
-        generator = await self._agenerator()
-        model = self._traced(generator)
-        prepared = self._prepare_all(inputs, options)
-        runs = [
-            None if isinstance(item, Exception)
-            else await AsyncModelRun.start(manager, model, item[0])
-            for manager, item in zip(run_manager, prepared, strict=True)
-        ]
-        try:
-            results = await run_in_executor(None, self._decode, generator, prepared, config)
-        except BaseException as error:
-            for run in runs:
-                if run is not None:
-                    await run.failed(error)
-            raise
-        for run, result in zip(runs, results, strict=True):
-            if run is None:
-                continue
-            if isinstance(result, Exception):
-                await run.failed(result)
-            else:
-                await run.ended(result)
-        return results
-
-    def _prepare_all(self, inputs: Sequence[Any], options: dict[str, Any]) -> list[Prepared]:
-        """Each input's request and documents, or the error that refused it."""
-        prepared: list[Prepared] = []
-        for input_ in inputs:
-            try:
-                prepared.append(self._request(input_, options))
-            except Exception as error:  # this input's own error, reported with its result
-                prepared.append(error)
-        return prepared
-
-    @staticmethod
-    def _decode(
-        generator: AnswerGenerator, prepared: list[Prepared], configs: list[RunnableConfig]
-    ) -> list[CitationAnswer | Exception]:
-        return answer_inputs(
-            generator, prepared, _unpacked,
-            batch_size=configs[0].get("max_concurrency") or DEFAULT_BATCH_SIZE,
+        generator, prepared = await self._agenerator(), prepare_all(self._request, inputs, options)
+        batch_size = config[0].get("max_concurrency") or DEFAULT_BATCH_SIZE
+        return await aanswer_traced(
+            generator, self._traced(generator), prepared, run_manager, batch_size=batch_size
         )
 
     def _stream(
@@ -417,48 +317,11 @@ class CitationRunnable(CitationSettings):
         input_ = await anext(inputs)  # astream() passes exactly one input
         request, documents = self._request(input_, options)
         generator = await self._agenerator()
-        run = await AsyncModelRun.start(run_manager, self._traced(generator), request)
-        source: ChunkSource
-        if isinstance(generator, AsyncAnswerGenerator):
-            try:
-                source = AwaitedChunks(generator.aanswer_stream(request), documents)
-            except BaseException as error:
-                await run.failed(error)
-                raise
-        else:
-            # Starting an in-process stream blocks: it starts on the first chunk, in the thread.
-            source = ThreadedChunks(_started(generator, request, documents))
-        return TracedChunks(source, run)
-
-    async def _agenerator(self) -> AnswerGenerator:
-        """The generator; loading the default model (seconds) runs off the event loop."""
-        if self.resolved_generator is not None:
-            return self.resolved_generator
-        return await run_in_executor(None, self._generator)
-
-
-Prepared = tuple[GenerationRequest, list[Document]] | Exception
-"""An input's request and documents, or the error that refused it."""
-
-
-def _unpacked(item: Prepared) -> tuple[GenerationRequest, list[Document]]:
-    if isinstance(item, Exception):
-        raise item
-    return item
-
-
-def _started(
-    generator: AnswerGenerator, request: GenerationRequest, documents: list[Document]
-) -> Generator[CitationAnswerChunk, None, None]:
-    yield from answer_chunks(generator.answer_stream(request), documents)
+        return await traced_chunks(
+            generator, self._traced(generator), request, documents, run_manager
+        )
 
 
 async def _one(input: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
     yield input
 
-
-def _reported(error: Exception, return_exceptions: bool) -> Exception:
-    # With return_exceptions=True an input's error is its result; otherwise it ends the batch.
-    if not return_exceptions:
-        raise error
-    return error

@@ -12,12 +12,19 @@ import threading
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Protocol, cast
 
+from langchain_core.callbacks import AsyncCallbackManagerForChainRun
 from langchain_core.documents import Document
 from langchain_core.runnables.config import run_in_executor
 
-from citeformer.request import AnswerChunks, AsyncAnswerChunks
+from citeformer.request import (
+    AnswerChunks,
+    AnswerGenerator,
+    AsyncAnswerChunks,
+    AsyncAnswerGenerator,
+    GenerationRequest,
+)
 from citeformer_langchain.answer import CitationAnswerChunk
-from citeformer_langchain.tracing import AsyncModelRun
+from citeformer_langchain.tracing import AsyncModelRun, TracedModel
 
 __all__ = [
     "AwaitedChunks",
@@ -26,6 +33,7 @@ __all__ = [
     "ThreadedChunks",
     "TracedChunks",
     "answer_chunks",
+    "traced_chunks",
 ]
 
 _DONE = object()
@@ -50,6 +58,35 @@ def answer_chunks(
         if close is not None:
             close()
     yield CitationAnswerChunk.last(stream.answer, documents, shown=shown)
+
+
+async def traced_chunks(
+    generator: AnswerGenerator,
+    model: TracedModel,
+    request: GenerationRequest,
+    documents: Sequence[Document],
+    run_manager: AsyncCallbackManagerForChainRun,
+) -> ChunkSource:
+    """The chunks of ``generator``'s answer to ``request``, its model run started and each
+    chunk reported to it: an async generator's stream awaited, an in-process one threaded."""
+    run = await AsyncModelRun.start(run_manager, model, request)
+    source: ChunkSource
+    if isinstance(generator, AsyncAnswerGenerator):
+        try:
+            source = AwaitedChunks(generator.aanswer_stream(request), documents)
+        except BaseException as error:
+            await run.failed(error)
+            raise
+    else:
+        # Starting an in-process stream blocks: it starts on the first chunk, in the thread.
+        source = ThreadedChunks(_started(generator, request, documents))
+    return TracedChunks(source, run)
+
+
+def _started(
+    generator: AnswerGenerator, request: GenerationRequest, documents: Sequence[Document]
+) -> Generator[CitationAnswerChunk, None, None]:
+    yield from answer_chunks(generator.answer_stream(request), documents)
 
 
 class ChunkSource(Protocol):

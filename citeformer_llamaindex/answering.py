@@ -18,6 +18,7 @@ from citeformer.request import (
     GenerationRequest,
 )
 from citeformer.types import CitedAnswer
+from citeformer_llamaindex.events import ModelCall
 from citeformer_llamaindex.nodes import too_long
 from citeformer_llamaindex.streams import OnEnd, async_chunks, native_async_chunks
 
@@ -30,11 +31,15 @@ class Answering:
     With no generator given, the embedded default model is loaded on first use. An async
     generator (``ServerGenerator``) is awaited; a model in this process generates in a worker
     thread, off the event loop. A prompt too long for the model raises ``PromptTooLongError``
-    naming the largest of the request's nodes.
+    naming the largest of the request's nodes. Each request is reported to LlamaIndex as an LLM
+    call: ``call(request)`` makes its ``ModelCall`` (``citeformer_llamaindex.events``).
     """
 
-    def __init__(self, generator: AnswerGenerator | None) -> None:
+    def __init__(
+        self, generator: AnswerGenerator | None, call: Callable[[GenerationRequest], ModelCall]
+    ) -> None:
         self._generator = generator
+        self._call = call
 
     @property
     def generator(self) -> AnswerGenerator:
@@ -48,15 +53,17 @@ class Answering:
         self, request: GenerationRequest, nodes: Sequence[NodeWithScore] = ()
     ) -> CitedAnswer:
         """The answer to ``request``, whose sources are ``nodes``."""
-        with _explained(request, nodes):
-            return self.generator.answer(request)
+        generator = self.generator
+        with self._call(request) as call, _explained(request, nodes):
+            return call.ended(generator.answer(request))
 
     def stream(
         self, request: GenerationRequest, nodes: Sequence[NodeWithScore] = ()
     ) -> AnswerChunks:
         """The answer to ``request`` as a stream of text chunks."""
-        with _explained(request, nodes):
-            return self.generator.answer_stream(request)
+        generator = self.generator
+        with self._call(request) as call, _explained(request, nodes):
+            return call.chunks(generator.answer_stream(request))
 
     async def aanswer(
         self, request: GenerationRequest, nodes: Sequence[NodeWithScore] = ()
@@ -67,8 +74,8 @@ class Answering:
             # In-process generation (and loading the default model) blocks for seconds: off the
             # event loop.
             return await asyncio.to_thread(self.answer, request, nodes)
-        with _explained(request, nodes):
-            return await generator.aanswer(request)
+        with self._call(request) as call, _explained(request, nodes):
+            return call.ended(await generator.aanswer(request))
 
     async def astream(
         self,
@@ -84,8 +91,9 @@ class Answering:
             # off the loop too.
             stream = await asyncio.to_thread(self.stream, request, nodes)
             return async_chunks(stream, on_end=on_end)
-        with _explained(request, nodes):
-            return native_async_chunks(generator.aanswer_stream(request), on_end=on_end)
+        with self._call(request) as call, _explained(request, nodes):
+            chunks = call.achunks(generator.aanswer_stream(request))
+        return native_async_chunks(chunks, on_end=on_end)
 
     def token_counter(self) -> Callable[[str], list[Any]]:
         """Counts a text's tokens with the generator's tokenizer, for ``citation_chunk_size``."""

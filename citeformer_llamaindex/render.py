@@ -79,10 +79,15 @@ def render_html(
 
 
 def core_answer(response: CitedResponse) -> CitedAnswer:
-    """``response`` as the core ``CitedAnswer``: ``[N]`` is ``sources[N - 1]``, the source of
-    ``response.source_nodes[N - 1]``: the text the model read, its title, and the node's
-    metadata. The citations keep their evidence, the quotes their offsets. Raises as
-    ``render_markdown`` does."""
+    """``response`` as the core ``CitedAnswer``: the typed citations of a query engine's or chat
+    engine's answer.
+
+    ``core_answer(response).citations`` are ``citeformer.Citation`` objects equal to those the
+    generator returned (``.quotes`` likewise ``citeformer.Quote``), evidence included, where
+    ``response.metadata["citations"]`` holds them as dicts. ``[N]`` is ``sources[N - 1]``, the
+    source of ``response.source_nodes[N - 1]``: the text the model read, its title, and the
+    node's metadata. Raises as ``render_markdown`` does (a stream not read to the end, a
+    response that no ``CitationSynthesizer`` wrote)."""
     return _answer(response, "core_answer")
 
 

@@ -42,6 +42,7 @@ from citeformer.request import (
 from citeformer.types import TITLE_KEYS, CitedAnswer, Policy, Source
 from citeformer_llamaindex.answering import Answering
 from citeformer_llamaindex.base import CitingSynthesizer
+from citeformer_llamaindex.events import ModelCall
 from citeformer_llamaindex.llm import CiteformerLLM
 from citeformer_llamaindex.models import generator_from
 from citeformer_llamaindex.nodes import cited_nodes, response_metadata, to_source
@@ -70,10 +71,11 @@ class CitationSynthesizer(CitingSynthesizer):
     ``response.metadata`` holds, besides LlamaIndex's ``{node_id: node.metadata}``, the
     ``"citations"`` (``source_id``, ``start``, ``end``, ``evidence`` and ``node_id`` of each
     marker), the ``"quotes"``, the ``"finish_reason"``, the token counts and the whole
-    ``"cited_answer"`` (``CitedAnswer.to_dict()``): see ``citeformer_llamaindex.nodes``. When
-    streaming, these keys appear once the stream has been read to the end. A node's source is
-    its ``node.get_content(metadata_mode)``, titled by the first non-blank of its metadata
-    ``title_keys`` (``title``, then ``file_name``, then ``source``).
+    ``"cited_answer"`` (``CitedAnswer.to_dict()``): see ``citeformer_llamaindex.nodes``;
+    ``core_answer(response)`` reads them back typed, as the ``citeformer.Citation`` objects of
+    the core answer. When streaming, these keys appear once the stream has been read to the
+    end. A node's source is its ``node.get_content(metadata_mode)``, titled by the first
+    non-blank of its metadata ``title_keys`` (``title``, then ``file_name``, then ``source``).
 
     Bad input:
 
@@ -103,15 +105,25 @@ class CitationSynthesizer(CitingSynthesizer):
         synthesizer = CitationSynthesizer(                     # your own LLM, as it is
             llm=OpenAILike(api_base="http://vllm:8000/v1", model=name), engine="vllm")
 
-    Query (no OpenAI needed: ``llm=synthesizer.llm`` stops LlamaIndex resolving ``Settings.llm``)::
+    Query (no OpenAI needed)::
 
         index = VectorStoreIndex.from_documents(docs, embed_model=MiniLMEmbedding())
-        engine = index.as_query_engine(llm=synthesizer.llm, response_synthesizer=synthesizer)
-        # or: RetrieverQueryEngine(index.as_retriever(), response_synthesizer=synthesizer)
+        engine = CitationQueryEngine(index.as_retriever(), synthesizer)
+        # or: CitationQueryEngine.from_args(index, max_new_tokens=96), which builds the synthesizer
+        # or: index.as_query_engine(llm=synthesizer.llm, response_synthesizer=synthesizer)
         response = engine.query("Who designed the Eiffel Tower?")
         response.response                          # 'Gustave Eiffel's company designed it [2].'
         response.source_nodes[2 - 1]               # the node [2] cites
+        core_answer(response).citations            # (Citation(source_id=2, start=38, ...),)
         response.metadata["citations"]             # [{'source_id': 2, 'start': 38, ...}]
+
+    ``index.as_query_engine`` reads ``Settings.llm`` (OpenAI by default) before it looks at the
+    synthesizer: pass it ``llm=synthesizer.llm``. ``CitationQueryEngine`` never reads it.
+
+    Each answer is reported to LlamaIndex as an LLM call: ``LLMChatStartEvent``, an
+    ``LLMChatInProgressEvent`` per streamed chunk and ``LLMChatEndEvent`` (its response with
+    the token counts in ``additional_kwargs``) in the ``synthesize`` span, and a
+    ``CBEventType.LLM`` event to the callback manager (``TokenCountingHandler`` reads it).
 
     Stream::
 
@@ -205,7 +217,7 @@ class CitationSynthesizer(CitingSynthesizer):
             # Only custom instructions are passed: otherwise the core uses the policy's own.
             settings["instructions"] = self._instructions.format()
         self._template = settings_template(settings)
-        self._answering = Answering(resolved)
+        self._answering = Answering(resolved, self._model_call)
         self._chunker = _chunker(
             self._answering, citation_chunk_size, citation_chunk_overlap, text_splitter
         )
@@ -233,6 +245,10 @@ class CitationSynthesizer(CitingSynthesizer):
     def llm(self) -> CiteformerLLM:
         """Pass as ``llm=`` to ``index.as_query_engine`` so ``Settings.llm`` is never resolved."""
         return self._llm  # type: ignore[return-value]
+
+    def _model_call(self, request: GenerationRequest) -> ModelCall:
+        # Read at each call: the callback manager may be replaced after construction.
+        return ModelCall(request, self._llm.to_payload(), self._callback_manager)
 
     # -- prompts -------------------------------------------------------------------------------
 

@@ -43,7 +43,8 @@ PUBLIC = {
     ],
     "citeformer_llamaindex": [
         "INSTRUCTIONS_PROMPT_KEY", "PARENT_END_KEY", "PARENT_START_KEY", "CitationChatEngine",
-        "CitationChunker", "CitationStreamingChatResponse", "CitationSynthesizer", "CiteformerLLM",
+        "CitationChunker", "CitationQueryEngine", "CitationStreamingChatResponse",
+        "CitationSynthesizer", "CiteformerLLM",
         "LocalLLM", "MiniLMEmbedding", "core_answer", "render_html", "render_markdown",
     ],
 }

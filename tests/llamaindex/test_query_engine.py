@@ -1,383 +1,230 @@
-"""CitationSynthesizer end to end: the embedded model, a real VectorStoreIndex, real MiniLM
-embeddings. Offline; about a minute on two CPU cores once the model is cached. The same
-behaviours run on a FakeGenerator in tests/llamaindex/test_synthesizer.py."""
+"""CitationQueryEngine on citeformer.testing.FakeGenerator, with Settings.llm made to fail if
+anything resolves it: no OpenAI key, no OpenAI package. Offline."""
 
 from __future__ import annotations
 
 import asyncio
-import math
-import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from llama_index.core import Document, VectorStoreIndex
+from llama_index.core import Document, MockEmbedding, Settings, VectorStoreIndex
 from llama_index.core.base.response.schema import (
     AsyncStreamingResponse,
     Response,
     StreamingResponse,
 )
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
-from llama_index.core.callbacks.schema import EventPayload
-from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-from llama_index.core.instrumentation.events import BaseEvent
-from llama_index.core.instrumentation.events.synthesis import (
-    SynthesizeEndEvent,
-    SynthesizeStartEvent,
-)
-from llama_index.core.prompts import PromptTemplate
+from llama_index.core.postprocessor import SimilarityPostprocessor
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.response_synthesizers import SimpleSummarize
+from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from citeformer import CiteGenerator, GenerationRequest
-from citeformer.errors import EmptySourceError, PromptTooLongError
-from citeformer.render import escape_markdown
-from citeformer_llamaindex import (
-    PARENT_END_KEY,
-    PARENT_START_KEY,
-    CitationSynthesizer,
-    MiniLMEmbedding,
-    render_html,
-    render_markdown,
-)
+from citeformer import Citation, CitedAnswer, Quote
+from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer_llamaindex import CitationQueryEngine, CitationSynthesizer, core_answer
+from citeformer_llamaindex.query_engine import DEFAULT_SIMILARITY_TOP_K
+from tests.llamaindex.common import TEXTS, assert_lined_up, fake, synth
 
-pytestmark = pytest.mark.integration
-
-MAX_NEW_TOKENS = 48
-# A sentence must cite within this many words, so 48 tokens always reach a marker.
-GRAMMAR = {"max_sentence_words": 14}
-
-DOCUMENTS = {
-    "eiffel": (
-        "The Eiffel Tower is a wrought-iron lattice tower on the Champ de Mars in Paris, France. "
-        "It is named after the engineer Gustave Eiffel, whose company designed and built the "
-        "tower between 1887 and 1889 as the entrance to the 1889 World's Fair."
-    ),
-    "everest": (
-        "Mount Everest is Earth's highest mountain above sea level. It lies in the Mahalangur "
-        "Himal sub-range of the Himalayas, on the border between Nepal and China. Its summit "
-        "is 8,849 metres above sea level."
-    ),
-    "nile": (
-        "The Nile is a major river in northeastern Africa. It flows north into the "
-        "Mediterranean Sea and is about 6,650 kilometres long. Its drainage basin covers "
-        "eleven countries."
-    ),
-    "honey": (
-        "Honey is a sweet substance made by honey bees from the nectar of flowers. Bees store "
-        "it in wax honeycombs inside the hive. Sealed honey keeps for a very long time."
-    ),
-    "python": (
-        "Python is a high-level programming language created by Guido van Rossum and first "
-        "released in 1991. Its design emphasises code readability through significant "
-        "indentation."
-    ),
-}
+QUESTION = "Who designed the tower?"
 
 
-class Recording:
-    """The real generator, with each request it answers written down."""
+@pytest.fixture(autouse=True)
+def no_openai(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No OpenAI key, and reading ``Settings.llm`` fails: it would resolve to OpenAI."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
-    def __init__(self, generator: CiteGenerator) -> None:
-        self._generator = generator
-        self.requests: list[GenerationRequest] = []
+    def resolved(self: Any) -> Any:
+        raise AssertionError("Settings.llm was resolved")
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._generator, name)
-
-    def answer(self, request: GenerationRequest) -> Any:
-        self.requests.append(request)
-        return self._generator.answer(request)
-
-    def answer_stream(self, request: GenerationRequest) -> Any:
-        self.requests.append(request)
-        return self._generator.answer_stream(request)
-
-
-@pytest.fixture(scope="module")
-def generator(default_generator: CiteGenerator) -> CiteGenerator:
-    # default_generator (tests/conftest.py) is the embedded model, shared by the whole run.
-    return default_generator
-
-
-@pytest.fixture(scope="module")
-def embed_model() -> MiniLMEmbedding:
-    return MiniLMEmbedding()
-
-
-@pytest.fixture(scope="module")
-def index(embed_model: MiniLMEmbedding) -> VectorStoreIndex:
-    docs = [Document(text=text, doc_id=name, metadata={"title": name})
-            for name, text in DOCUMENTS.items()]
-    return VectorStoreIndex.from_documents(docs, embed_model=embed_model)
-
-
-def synthesizer(generator: Any, **kwargs: Any) -> CitationSynthesizer:
-    return CitationSynthesizer(
-        generator, max_new_tokens=MAX_NEW_TOKENS, grammar_options=GRAMMAR, **kwargs
-    )
-
-
-def assert_lined_up(response: Any) -> None:
-    """Every [N] in the text is source_nodes[N-1], and metadata["citations"] says so."""
-    text = response.response if isinstance(response, Response) else response.response_txt
-    citations = response.metadata["citations"]
-    assert citations, f"the model cited nothing: {text!r}"
-    for c in citations:
-        assert text[c["start"]:c["end"]] == f"[{c['source_id']}]"
-        assert 1 <= c["source_id"] <= len(response.source_nodes)
-        assert response.source_nodes[c["source_id"] - 1].node.node_id == c["node_id"]
-
-
-def test_minilm_embedding_is_unit_length_and_ranks_the_right_document(
-    embed_model: MiniLMEmbedding, index: VectorStoreIndex
-) -> None:
-    vector = embed_model.get_query_embedding("Who designed the Eiffel Tower?")
-    assert len(vector) == 384
-    assert math.isclose(sum(v * v for v in vector), 1.0, rel_tol=1e-4)
-    assert asyncio.run(embed_model.aget_query_embedding("Who designed the Eiffel Tower?")) == (
-        pytest.approx(vector, abs=1e-6)
-    )
-    top = index.as_retriever(similarity_top_k=1).retrieve("How tall is Mount Everest?")
-    assert top[0].node.ref_doc_id == "everest"
-
-
-def test_as_query_engine_query(generator: CiteGenerator, index: VectorStoreIndex) -> None:
-    synth = synthesizer(generator)
-    engine = index.as_query_engine(llm=synth.llm, response_synthesizer=synth, similarity_top_k=2)
-    retrieved = engine.retrieve(_bundle("Who designed the Eiffel Tower?"))
-    response = engine.query("Who designed the Eiffel Tower?")
-    assert isinstance(response, Response)
-    assert [n.node.node_id for n in response.source_nodes] == [
-        n.node.node_id for n in retrieved
-    ]
-    assert response.source_nodes[0].node.ref_doc_id == "eiffel"
-    assert_lined_up(response)
-    assert response.metadata["finish_reason"] in ("stop", "length")
-
-
-def test_retriever_query_engine_aquery(generator: CiteGenerator, index: VectorStoreIndex) -> None:
-    engine = RetrieverQueryEngine(index.as_retriever(similarity_top_k=2),
-                                  response_synthesizer=synthesizer(generator))
-    response = asyncio.run(engine.aquery("How long is the Nile?"))
-    assert isinstance(response, Response)
-    assert response.source_nodes[0].node.ref_doc_id == "nile"
-    assert_lined_up(response)
-
-
-def test_streaming_sync(generator: CiteGenerator, index: VectorStoreIndex) -> None:
-    synth = synthesizer(generator, streaming=True)
-    engine = index.as_query_engine(llm=synth.llm, response_synthesizer=synth, similarity_top_k=2)
-    response = engine.query("Where is Mount Everest?")
-    assert isinstance(response, StreamingResponse)
-    assert "citations" not in response.metadata
-    tokens = list(response.response_gen)
-    assert len(tokens) > 1
-    assert "".join(tokens) == response.response_txt
-    assert_lined_up(response)
-
-
-def test_streaming_async(generator: CiteGenerator, index: VectorStoreIndex) -> None:
-    synth = synthesizer(generator, streaming=True)
-    engine = RetrieverQueryEngine(index.as_retriever(similarity_top_k=2),
-                                  response_synthesizer=synth)
-
-    async def run() -> tuple[AsyncStreamingResponse, list[str]]:
-        response = await engine.aquery("What do bees make honey from?")
-        assert isinstance(response, AsyncStreamingResponse)
-        return response, [token async for token in response.async_response_gen()]
-
-    response, tokens = asyncio.run(run())
-    assert len(tokens) > 1
-    assert "".join(tokens) == response.response_txt
-    assert_lined_up(response)
-
-
-def test_update_prompts_changes_the_instructions_the_model_gets(
-    generator: CiteGenerator, index: VectorStoreIndex
-) -> None:
-    recording = Recording(generator)
-    synth = synthesizer(recording)
-    engine = index.as_query_engine(llm=synth.llm, response_synthesizer=synth, similarity_top_k=2)
-    custom = ("Answer in one short sentence from the numbered sources. "
-              "End it with the source number in brackets, like [1].")
-    engine.update_prompts({"response_synthesizer:instructions": PromptTemplate(custom)})
-    response = engine.query("Who created Python?")
-    (request,) = recording.requests
-    assert request.instructions == custom
-    assert custom in generator.prompt("Who created Python?", request.sources,
-                                      instructions=request.instructions)
-    assert_lined_up(response)
-
-
-class Collect(BaseEventHandler):
-    events: list[BaseEvent] = []
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "Collect"
-
-    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
-        self.events.append(event)
+    monkeypatch.setattr(type(Settings), "llm", property(resolved))
 
 
 @pytest.fixture
-def events() -> Iterator[Collect]:
-    root, handler = get_dispatcher(), Collect(events=[])
-    root.add_event_handler(handler)
-    try:
-        yield handler
-    finally:
-        root.event_handlers.remove(handler)
+def index() -> VectorStoreIndex:
+    docs = [Document(text=t, doc_id=f"d{i}") for i, t in enumerate(TEXTS)]
+    return VectorStoreIndex.from_documents(docs, embed_model=MockEmbedding(embed_dim=8))
 
 
-def test_instrumentation_and_callbacks_with_chunked_nodes(
-    generator: CiteGenerator, index: VectorStoreIndex, events: Collect
+def test_from_args_needs_no_openai(index: VectorStoreIndex) -> None:
+    generator = fake()
+    engine = CitationQueryEngine.from_args(index, generator=generator, max_new_tokens=16)
+    assert isinstance(engine, RetrieverQueryEngine)
+    response = engine.query(QUESTION)
+    assert isinstance(response, Response)
+    assert response.response == "The answer is here [3]. Also here [1]."
+    assert len(response.source_nodes) == DEFAULT_SIMILARITY_TOP_K == 3
+    assert_lined_up(response)
+    (request,) = generator.requests
+    assert [s.text for s in request.sources] == [
+        n.node.get_content() for n in response.source_nodes
+    ]
+    assert request.max_new_tokens == 16
+
+
+def test_as_query_engine_without_llm_resolves_settings_llm(index: VectorStoreIndex) -> None:
+    # Why from_args exists: the index resolves Settings.llm before it sees the synthesizer.
+    with pytest.raises(AssertionError, match="Settings.llm was resolved"):
+        index.as_query_engine(response_synthesizer=synth())
+    synthesizer = synth()
+    engine = index.as_query_engine(llm=synthesizer.llm, response_synthesizer=synthesizer)
+    assert_lined_up(engine.query(QUESTION))
+
+
+def test_the_citations_are_the_core_ones_typed(index: VectorStoreIndex) -> None:
+    generator = fake()
+    engine = CitationQueryEngine.from_args(index, generator=generator, max_new_tokens=16)
+    response = engine.query(QUESTION)
+    answer = core_answer(response)
+    assert isinstance(answer, CitedAnswer)
+    assert all(isinstance(c, Citation) for c in answer.citations)
+    direct = generator.answer(generator.requests[0])
+    assert answer.citations == direct.citations
+    assert [c.evidence for c in answer.citations] == [c.evidence for c in direct.citations]
+    assert answer.text == direct.text == response.response
+    # metadata keeps the same citations as dicts, each with its node's id.
+    stored = response.metadata["citations"]
+    assert [(c["source_id"], c["start"], c["end"]) for c in stored] == [
+        (c.source_id, c.start, c.end) for c in answer.citations
+    ]
+    for citation, entry in zip(answer.citations, stored, strict=True):
+        assert response.source_nodes[citation.source_id - 1].node.node_id == entry["node_id"]
+    for node in response.source_nodes:  # LlamaIndex's own entries stay
+        assert response.metadata[node.node.node_id] == node.node.metadata
+
+
+def test_quotes_are_typed_too(index: VectorStoreIndex) -> None:
+    def quote_first(request: Any) -> str:
+        return f'"{request.sources[0].text.rstrip(".")}" [1].'
+
+    engine = CitationQueryEngine.from_args(
+        index, generator=fake(quote_first), policy="quotes_only", max_new_tokens=32,
+        similarity_top_k=1,
+    )
+    response = engine.query("What is the Eiffel Tower?")
+    quotes = core_answer(response).quotes
+    assert quotes and all(isinstance(q, Quote) for q in quotes)
+
+
+def test_streaming(index: VectorStoreIndex) -> None:
+    engine = CitationQueryEngine.from_args(
+        index, generator=fake(), max_new_tokens=16, streaming=True
+    )
+    response = engine.query(QUESTION)
+    assert isinstance(response, StreamingResponse)
+    assert "".join(response.response_gen) == response.response_txt
+    assert_lined_up(response)
+    assert core_answer(response).text == response.response_txt
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_aquery(index: VectorStoreIndex, streaming: bool) -> None:
+    engine = CitationQueryEngine.from_args(
+        index, generator=fake(), max_new_tokens=16, streaming=streaming
+    )
+
+    async def run() -> Any:
+        response = await engine.aquery(QUESTION)
+        if streaming:
+            assert isinstance(response, AsyncStreamingResponse)
+            [chunk async for chunk in response.async_response_gen()]
+        else:
+            assert isinstance(response, Response)
+        return response
+
+    assert_lined_up(asyncio.run(run()))
+
+
+def test_similarity_top_k_and_retriever(index: VectorStoreIndex) -> None:
+    top1 = CitationQueryEngine.from_args(
+        index, generator=fake(), similarity_top_k=1, max_new_tokens=16
+    )
+    assert len(top1.query(QUESTION).source_nodes) == 1
+    own = CitationQueryEngine.from_args(
+        index, generator=fake(), retriever=index.as_retriever(similarity_top_k=2),
+        max_new_tokens=16,
+    )
+    assert len(own.query(QUESTION).source_nodes) == 2
+    with pytest.raises(InvalidInputError, match="similarity_top_k= or retriever=, not both"):
+        CitationQueryEngine.from_args(
+            index, generator=fake(), similarity_top_k=1, retriever=index.as_retriever()
+        )
+
+
+class KeepFirst(BaseNodePostprocessor):
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        return nodes[:1]
+
+
+def test_node_postprocessors_run_before_the_nodes_are_numbered(index: VectorStoreIndex) -> None:
+    engine = CitationQueryEngine.from_args(
+        index, generator=fake(), node_postprocessors=[SimilarityPostprocessor(), KeepFirst()],
+        max_new_tokens=16,
+    )
+    response = engine.query(QUESTION)
+    assert len(response.source_nodes) == 1
+    assert_lined_up(response)
+
+
+def test_the_callback_manager_reaches_the_synthesizer_and_the_engine(
+    index: VectorStoreIndex,
 ) -> None:
     debug = LlamaDebugHandler()
-    synth = synthesizer(
-        generator, citation_chunk_size=24, callback_manager=CallbackManager([debug])
+    engine = CitationQueryEngine.from_args(
+        index, generator=fake(), callback_manager=CallbackManager([debug]), max_new_tokens=16
     )
-    engine = RetrieverQueryEngine(index.as_retriever(similarity_top_k=1),
-                                  response_synthesizer=synth)
-    response = engine.query("When was the Eiffel Tower built?")
-
-    synth_events = [e for e in events.events
-                    if isinstance(e, (SynthesizeStartEvent, SynthesizeEndEvent))]
-    assert [type(e) for e in synth_events] == [SynthesizeStartEvent, SynthesizeEndEvent]
-    assert synth_events[-1].response is response
-    ((start, end),) = debug.get_event_pairs(CBEventType.SYNTHESIZE)
-    assert start.payload[EventPayload.QUERY_STR] == "When was the Eiffel Tower built?"
-    assert end.payload[EventPayload.RESPONSE] is response
-
-    # citation_chunk_size: every chunk node is an exact slice of its parent, in the model's
-    # own tokens, and the chunks are what [N] numbers.
-    parent_text = DOCUMENTS["eiffel"]
-    assert len(response.source_nodes) > 1
-    for chunk in response.source_nodes:
-        node = chunk.node
-        start_char, end_char = node.metadata[PARENT_START_KEY], node.metadata[PARENT_END_KEY]
-        assert parent_text[start_char:end_char] == node.text
-        assert len(generator.tokenizer.encode(node.text, add_special_tokens=False)) <= 24
-        assert node.ref_doc_id == "eiffel"
-    assert_lined_up(response)
+    assert engine.synthesizer.callback_manager is engine.callback_manager
+    engine.query(QUESTION)
+    # The retriever reports to its index's callback manager, as in LlamaIndex.
+    for kind in (CBEventType.QUERY, CBEventType.SYNTHESIZE, CBEventType.LLM):
+        assert len(debug.get_event_pairs(kind)) == 1, kind
 
 
-# -- bad input ------------------------------------------------------------------------------
+def test_synthesizer_options_are_checked_by_the_synthesizer(index: VectorStoreIndex) -> None:
+    with pytest.raises(InputTypeError, match="max_new_token"):
+        CitationQueryEngine.from_args(index, generator=fake(), max_new_token=16)
+    with pytest.raises(InputTypeError, match="response_mode"):
+        CitationQueryEngine.from_args(index, generator=fake(), response_mode="compact")
 
 
-def test_no_nodes_gives_the_empty_response(generator: CiteGenerator) -> None:
-    assert synthesizer(generator).synthesize("Anything?", []).response == "Empty Response"
-    stream = synthesizer(generator, streaming=True).synthesize("Anything?", [])
-    assert "".join(stream.response_gen) == "Empty Response"
-
-
-def test_empty_text_nodes(generator: CiteGenerator) -> None:
-    nodes = [
-        NodeWithScore(node=TextNode(id_="blank", text="  \n"), score=0.9),
-        NodeWithScore(node=TextNode(id_="nile", text=DOCUMENTS["nile"]), score=0.8),
-    ]
-    response = synthesizer(generator).synthesize("How long is the Nile?", nodes)
-    assert [n.node.node_id for n in response.source_nodes] == ["nile"]
-    assert {c["node_id"] for c in response.metadata["citations"]} == {"nile"}
-    assert_lined_up(response)
-    with pytest.raises(EmptySourceError, match="'blank'"):
-        synthesizer(generator, empty_sources="raise").synthesize("How long is the Nile?", nodes)
-
-
-def test_no_generator_is_the_embedded_model(generator: CiteGenerator) -> None:
-    # generator is CiteGenerator.default(), which CitationSynthesizer() loads on first use.
-    nodes = [NodeWithScore(node=TextNode(id_="nile", text=DOCUMENTS["nile"]), score=0.9)]
-    lazy = CitationSynthesizer(max_new_tokens=MAX_NEW_TOKENS, grammar_options=GRAMMAR)
-    response = lazy.synthesize("How long is the Nile?", nodes)
-    assert lazy.generator is generator
-    assert response.response == synthesizer(generator).synthesize(
-        "How long is the Nile?", nodes
-    ).response
-    assert_lined_up(response)
-
-
-def test_nodes_larger_than_the_context(generator: CiteGenerator) -> None:
-    assert generator.context_length is not None
-    huge = "The river floods every year. " * (generator.context_length // 5)
-    nodes = [
-        NodeWithScore(node=TextNode(id_="nile", text=DOCUMENTS["nile"]), score=0.9),
-        NodeWithScore(node=TextNode(id_="huge", text=huge), score=0.8),
-    ]
-    with pytest.raises(PromptTooLongError, match=r"largest is 'huge'.*similarity_top_k"):
-        synthesizer(generator).synthesize("How long is the Nile?", nodes)
-    with pytest.raises(PromptTooLongError, match="largest is 'huge'"):
-        asyncio.run(synthesizer(generator, streaming=True).asynthesize("Nile?", nodes))
-
-
-def _bundle(question: str) -> Any:
-    from llama_index.core.schema import QueryBundle
-
-    return QueryBundle(question)
-
-
-def test_quotes_only_quotes_come_back_in_their_nodes_and_documents(
-    generator: CiteGenerator, index: VectorStoreIndex
+def test_the_constructor_takes_a_retriever_and_a_citation_synthesizer(
+    index: VectorStoreIndex,
 ) -> None:
-    synth = synthesizer(generator, policy="quotes_only")
-    engine = index.as_query_engine(llm=synth.llm, response_synthesizer=synth, similarity_top_k=2)
-    response = engine.query("How tall is Mount Everest?")
-    quotes = response.metadata["quotes"]
-    assert quotes, response.response
-    for quote in quotes:
-        node = response.source_nodes[quote["source_id"] - 1].node
-        assert node.node_id == quote["node_id"]
-        assert response.response[quote["start"]:quote["end"]] == quote["text"]
-        original = node.get_content()[quote["source_start"]:quote["source_end"]]
-        assert " ".join(original.split()) == quote["text"]
-        document = DOCUMENTS[node.ref_doc_id]
-        assert document[quote["document_start"]:quote["document_end"]] == original
+    synthesizer = synth()
+    engine = CitationQueryEngine(index.as_retriever(), synthesizer)
+    assert engine.synthesizer is synthesizer
+    assert_lined_up(engine.query(QUESTION))
+    with pytest.raises(InputTypeError, match="must be a CitationSynthesizer, got SimpleSummarize"):
+        CitationQueryEngine(index.as_retriever(), SimpleSummarize(llm=synthesizer.llm))  # type: ignore[arg-type]
+    with pytest.raises(InputTypeError, match="retriever must be a LlamaIndex retriever"):
+        CitationQueryEngine(index)  # type: ignore[arg-type]
 
 
-# -- rendering ------------------------------------------------------------------------------
-
-
-def test_a_real_answer_renders_with_file_page_and_supporting_sentences(
-    generator: CiteGenerator,
+def test_no_synthesizer_is_the_embedded_model_loaded_on_first_use(
+    index: VectorStoreIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pages = {"eiffel": "12", "everest": "iv", "python": "3"}
-    nodes = [
-        NodeWithScore(node=TextNode(id_=name, text=DOCUMENTS[name], metadata={
-            "file_name": f"{name}.pdf", "page_label": label}), score=1.0)
-        for name, label in pages.items()
-    ]
-    response = synthesizer(generator).synthesize("Who designed the Eiffel Tower?", nodes)
-    assert_lined_up(response)
-    citations = response.metadata["citations"]
-    cited = list(dict.fromkeys(c["node_id"] for c in citations))
+    loaded: list[bool] = []
 
-    markdown = render_markdown(response)
-    body, _, references = markdown.partition("**Sources**")
-    assert body.count("](#ref-") == len(citations)
-    for c in citations:
-        assert f"[[{c['source_id']}]](#ref-{c['source_id']})" in body
-    heads = [line for line in references.strip().splitlines() if line.startswith("- ")]
-    assert len(heads) == len(cited)
-    for head, node_id in zip(heads, cited, strict=True):
-        number = [n.node.node_id for n in response.source_nodes].index(node_id) + 1
-        assert head.startswith(f'- <a id="ref-{number}"></a>')
-        assert head.endswith(f"{node_id}.pdf, page {pages[node_id]}")
-    for name in pages.keys() - set(cited):
-        assert f"{name}.pdf" not in markdown
-    for c in citations:
-        span = c["evidence"]
-        assert span is not None, "lexical evidence, the default here, locates every citation"
-        text = response.source_nodes[c["source_id"] - 1].node.get_content()
-        assert text[span["source_start"]:span["source_end"]] == span["text"]
-        assert f'"{escape_markdown(" ".join(span["text"].split()))}"' in references
+    def default(*args: Any, **kwargs: Any) -> Any:
+        loaded.append(True)
+        return fake()
 
-    root = ET.fromstring(render_html(response))
-    items = [li for li in root.iter("li") if li.get("id")]
-    assert [li.get("id") for li in items] == [
-        f"ref-{[n.node.node_id for n in response.source_nodes].index(i) + 1}" for i in cited
-    ]
-    for li, node_id in zip(items, cited, strict=True):
-        assert "".join(li.itertext()).startswith(f"{node_id}.pdf, page {pages[node_id]}")
-    hrefs = [a.get("href") for a in root.iter("a") if a.get("class") == "citeformer-marker"]
-    assert hrefs == [f"#ref-{c['source_id']}" for c in citations]
+    monkeypatch.setattr("citeformer_llamaindex.answering.or_default", default)
+    engine = CitationQueryEngine.from_args(index, max_new_tokens=16)
+    assert not loaded
+    assert_lined_up(engine.query(QUESTION))
+    assert loaded == [True]
+
+
+def test_with_retriever_and_prompts(index: VectorStoreIndex) -> None:
+    engine = CitationQueryEngine.from_args(index, generator=fake(), max_new_tokens=16)
+    other = engine.with_retriever(index.as_retriever(similarity_top_k=1))
+    assert isinstance(other, CitationQueryEngine) and other.synthesizer is engine.synthesizer
+    assert len(other.query(QUESTION).source_nodes) == 1
+    engine.update_prompts({"response_synthesizer:instructions": "Answer briefly [1]."})
+    assert engine.get_prompts()["response_synthesizer:instructions"].format() == (
+        "Answer briefly [1]."
+    )
+    assert isinstance(engine.synthesizer, CitationSynthesizer)

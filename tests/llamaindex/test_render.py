@@ -1,5 +1,5 @@
 """render_markdown / render_html: a CitationSynthesizer's answer with its nodes as references;
-offline, on FakeGenerator. The embedded model's answers are rendered in test_query_engine.py."""
+offline, on FakeGenerator. The embedded model's answers are rendered in test_end_to_end.py."""
 
 from __future__ import annotations
 

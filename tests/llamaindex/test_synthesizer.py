@@ -1,7 +1,7 @@
 """CitationSynthesizer on citeformer.testing.FakeGenerator: fast and offline.
 
 Every behaviour here is also exercised against the embedded model in
-tests/llamaindex/test_query_engine.py.
+tests/llamaindex/test_end_to_end.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,279 @@
+"""citeformer_llamaindex.events: each answer reported as a LlamaIndex LLM call, through the
+instrumentation (in the query's span) and the callback manager. FakeGenerator, offline; one
+query on the embedded model at the end (integration)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from llama_index.core import Document, MockEmbedding, VectorStoreIndex
+from llama_index.core.base.llms.types import MessageRole
+from llama_index.core.callbacks import (
+    CallbackManager,
+    CBEventType,
+    LlamaDebugHandler,
+    TokenCountingHandler,
+)
+from llama_index.core.callbacks.schema import EventPayload
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core.instrumentation.events import BaseEvent
+from llama_index.core.instrumentation.events.exception import ExceptionEvent
+from llama_index.core.instrumentation.events.llm import (
+    LLMChatEndEvent,
+    LLMChatInProgressEvent,
+    LLMChatStartEvent,
+    LLMCompletionEndEvent,
+    LLMCompletionInProgressEvent,
+    LLMCompletionStartEvent,
+)
+from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+
+from citeformer import CiteGenerator
+from citeformer.conversation import free_text_request
+from citeformer.errors import PromptTooLongError
+from citeformer.request import build_request
+from citeformer.testing import FakeGenerator
+from citeformer_llamaindex import CitationChatEngine, CitationQueryEngine, core_answer
+from citeformer_llamaindex.events import ModelCall, chat_messages, usage
+from tests.llamaindex.common import TEXTS, fake, nodes, synth
+
+LLM_EVENTS = (
+    LLMChatStartEvent, LLMChatInProgressEvent, LLMChatEndEvent,
+    LLMCompletionStartEvent, LLMCompletionInProgressEvent, LLMCompletionEndEvent, ExceptionEvent,
+)
+
+
+class Collect(BaseEventHandler):
+    events: list[BaseEvent] = []
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "Collect"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        self.events.append(event)
+
+    def llm(self) -> list[Any]:
+        return [e for e in self.events if isinstance(e, LLM_EVENTS)]
+
+
+@pytest.fixture
+def instrumented() -> Iterator[tuple[Collect, SimpleSpanHandler]]:
+    root = get_dispatcher()
+    events, spans = Collect(events=[]), SimpleSpanHandler()
+    root.add_event_handler(events)
+    root.add_span_handler(spans)
+    try:
+        yield events, spans
+    finally:
+        root.event_handlers.remove(events)
+        root.span_handlers.remove(spans)
+
+
+def index(embed_model: Any = None) -> VectorStoreIndex:
+    docs = [Document(text=t, doc_id=f"d{i}") for i, t in enumerate(TEXTS)]
+    return VectorStoreIndex.from_documents(docs, embed_model=embed_model or MockEmbedding(
+        embed_dim=8
+    ))
+
+
+def ancestors(span_id: str, spans: SimpleSpanHandler) -> list[str]:
+    """The span's own id and its parents', innermost first."""
+    parents = {s.id_: s.parent_id for s in spans.completed_spans}
+    chain: list[str] = []
+    current: str | None = span_id
+    while current is not None:
+        chain.append(current)
+        current = parents.get(current)
+    return chain
+
+
+def assert_one_chat_call(events: Collect, spans: SimpleSpanHandler, response: Any,
+                         streamed: bool, query_span: str = "CitationQueryEngine.") -> None:
+    """Start, one in-progress event per chunk if streamed, end: in the synthesizer's span,
+    within the query's, with the messages shown and the answer with its token counts."""
+    calls = events.llm()
+    kinds = [type(e) for e in calls]
+    assert kinds[0] is LLMChatStartEvent and kinds[-1] is LLMChatEndEvent, kinds
+    middle = kinds[1:-1]
+    assert middle == [LLMChatInProgressEvent] * len(middle)
+    assert bool(middle) == streamed
+    start, end = calls[0], calls[-1]
+    answer = core_answer(response)
+    assert end.response.message.content == answer.text
+    assert end.response.message.role is MessageRole.ASSISTANT
+    assert end.response.additional_kwargs == end.response.raw["usage"] == {
+        "prompt_tokens": answer.prompt_tokens,
+        "completion_tokens": answer.generated_tokens,
+        "total_tokens": answer.prompt_tokens + answer.generated_tokens,
+    }
+    assert answer.prompt_tokens > 0
+    assert start.messages == end.messages
+    assert start.messages[-1].role is MessageRole.USER
+    assert all(s.text in start.messages[-1].content for s in answer.sources)
+    assert start.model_dict["class_name"] == "CiteformerLLM"
+    if streamed:
+        assert "".join(e.response.delta for e in middle_events(calls)) == answer.text
+        assert middle_events(calls)[-1].response.message.content == answer.text
+    assert len({e.span_id for e in calls}) == 1
+    assert start.span_id.startswith(
+        ("CitationSynthesizer.synthesize-", "CitationSynthesizer.asynthesize-")
+    ), start.span_id
+    assert any(s.startswith(query_span) for s in ancestors(start.span_id, spans)[1:])
+
+
+def middle_events(calls: list[Any]) -> list[Any]:
+    return [e for e in calls if isinstance(e, LLMChatInProgressEvent)]
+
+
+# -- through a query engine -------------------------------------------------------------------
+
+
+def test_query_reports_one_chat_call_in_the_query_span(instrumented: Any) -> None:
+    events, spans = instrumented
+    engine = CitationQueryEngine.from_args(index(), generator=fake(), max_new_tokens=16)
+    response = engine.query("Who designed the tower?")
+    assert_one_chat_call(events, spans, response, streamed=False)
+    # The LLM call sits between the synthesizer's own start and end events.
+    kinds = [type(e).__name__ for e in events.events]
+    assert kinds.index("SynthesizeStartEvent") < kinds.index("LLMChatStartEvent")
+    assert kinds.index("LLMChatEndEvent") < kinds.index("SynthesizeEndEvent")
+
+
+def test_streaming_query_reports_each_chunk(instrumented: Any) -> None:
+    events, spans = instrumented
+    engine = CitationQueryEngine.from_args(
+        index(), generator=fake(), max_new_tokens=16, streaming=True
+    )
+    response = engine.query("Who designed the tower?")
+    assert [type(e) for e in events.llm()] == [LLMChatStartEvent]
+    list(response.response_gen)
+    assert_one_chat_call(events, spans, response, streamed=True)
+
+
+@pytest.mark.parametrize("in_process", [False, True])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_aquery_reports_the_call_too(instrumented: Any, streaming: bool, in_process: bool) -> None:
+    # in_process: a generator without async twins runs in worker threads, which still report
+    # into the query's span.
+    events, spans = instrumented
+    generator = fake().sync_only() if in_process else fake()
+    engine = CitationQueryEngine.from_args(
+        index(), generator=generator, max_new_tokens=16, streaming=streaming
+    )
+
+    async def run() -> Any:
+        response = await engine.aquery("Who designed the tower?")
+        if streaming:
+            [chunk async for chunk in response.async_response_gen()]
+        return response
+
+    response = asyncio.run(run())
+    assert_one_chat_call(events, spans, response, streamed=streaming)
+
+
+def test_the_callback_manager_gets_an_llm_event_that_token_counting_reads() -> None:
+    debug = LlamaDebugHandler()
+    counter = TokenCountingHandler(tokenizer=str.split)
+    engine = CitationQueryEngine.from_args(
+        index(), generator=fake(), max_new_tokens=16,
+        callback_manager=CallbackManager([debug, counter]),
+    )
+    response = engine.query("Who designed the tower?")
+    ((start, end),) = debug.get_event_pairs(CBEventType.LLM)
+    assert start.payload[EventPayload.SERIALIZED]["class_name"] == "CiteformerLLM"
+    assert end.payload[EventPayload.MESSAGES] == start.payload[EventPayload.MESSAGES]
+    assert end.payload[EventPayload.RESPONSE].message.content == response.response
+    answer = core_answer(response)
+    assert counter.prompt_llm_token_count == answer.prompt_tokens
+    assert counter.completion_llm_token_count == answer.generated_tokens
+
+
+def test_a_stream_left_early_ends_no_call_and_stops_the_generation(instrumented: Any) -> None:
+    events, _ = instrumented
+    generator = fake("One two three four five six [1].")
+    response = synth(generator, streaming=True).synthesize("q", nodes())
+    gen = response.response_gen
+    next(gen)
+    gen.close()
+    assert [type(e) for e in events.llm()] == [LLMChatStartEvent, LLMChatInProgressEvent]
+    assert generator.streams[-1].closed and not generator.streams[-1].finished
+
+
+def test_an_error_is_reported_as_llamaindex_llms_report_it(instrumented: Any) -> None:
+    events, _ = instrumented
+    debug = LlamaDebugHandler()
+    tiny = synth(FakeGenerator(context_length=10), callback_manager=CallbackManager([debug]))
+    with pytest.raises(PromptTooLongError, match="largest is 'n2'") as raised:
+        tiny.synthesize("q", nodes())
+    assert [type(e) for e in events.llm()] == [LLMChatStartEvent, ExceptionEvent]
+    assert events.llm()[1].exception is raised.value
+    ((_, end),) = debug.get_event_pairs(CBEventType.LLM)
+    assert end.payload[EventPayload.EXCEPTION] is raised.value
+
+
+def test_chat_engine_turns_are_reported(instrumented: Any) -> None:
+    events, spans = instrumented
+    chat = CitationChatEngine(index().as_retriever(similarity_top_k=2), synth())
+    response = chat.chat("Who designed the tower?")
+    assert_one_chat_call(events, spans, response, streamed=False,
+                         query_span="CitationChatEngine.chat")
+
+
+# -- ModelCall --------------------------------------------------------------------------------
+
+
+def test_a_request_with_a_prompt_of_its_own_is_a_completion_call(instrumented: Any) -> None:
+    events, _ = instrumented
+    debug = LlamaDebugHandler()
+    generator = FakeGenerator("Who designed the Eiffel Tower?")
+    request = free_text_request(generator, "Rewrite: who designed it?", max_new_tokens=16)
+    model = {"class_name": "CiteformerLLM"}
+    with ModelCall(request, model, CallbackManager([debug])) as call:
+        stream = call.chunks(generator.answer_stream(request))
+        text = "".join(stream)
+    calls = events.llm()
+    assert isinstance(calls[0], LLMCompletionStartEvent)
+    assert calls[0].prompt == "Rewrite: who designed it?" and calls[0].model_dict == model
+    assert all(isinstance(e, LLMCompletionInProgressEvent) for e in calls[1:-1])
+    assert isinstance(calls[-1], LLMCompletionEndEvent)
+    assert calls[-1].response.text == text == stream.answer.text
+    assert calls[-1].response.additional_kwargs == usage(stream.answer)
+    ((start, end),) = debug.get_event_pairs(CBEventType.LLM)
+    assert start.payload[EventPayload.PROMPT] == "Rewrite: who designed it?"
+    assert end.payload[EventPayload.COMPLETION].text == text
+
+
+def test_chat_messages_are_the_requests_messages() -> None:
+    request = build_request("Who built it?", ["Eiffel's company built it."])
+    messages = chat_messages(request)
+    assert [(m.role.value, m.content) for m in messages] == [
+        (m["role"], m["content"]) for m in request.messages()
+    ]
+
+
+# -- on the embedded model --------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_a_streamed_query_on_the_embedded_model_is_reported(
+    instrumented: Any, default_generator: CiteGenerator
+) -> None:
+    events, spans = instrumented
+    engine = CitationQueryEngine.from_args(
+        index(), generator=default_generator, similarity_top_k=2, streaming=True,
+        max_new_tokens=24, grammar_options={"max_sentence_words": 12},
+    )
+    response = engine.query("Who designed the Eiffel Tower?")
+    tokens = list(response.response_gen)
+    assert len(tokens) > 1
+    assert_one_chat_call(events, spans, response, streamed=True)
+    start = events.llm()[0]
+    prompt = default_generator.prompt(
+        "Who designed the Eiffel Tower?", core_answer(response).sources
+    )
+    assert all(m.content in prompt for m in start.messages)

@@ -126,7 +126,7 @@ def load_default(
     all); transformers' progress bars are drawn only while that logger is enabled for INFO, so
     with logging unconfigured nothing is printed.
     """
-    with _transformers_bars(shown=progress and logger.isEnabledFor(logging.INFO)):
+    with transformers_bars(shown=progress and logger.isEnabledFor(logging.INFO)):
         model, tokenizer = _load_cached(progress, gguf_path() if source is None else source)
     if dtype is not None or device is not None:
         model.to(device=device, dtype=dtype)
@@ -373,7 +373,7 @@ def _say(enabled: bool, message: str) -> None:
 
 
 @contextlib.contextmanager
-def _transformers_bars(*, shown: bool) -> Iterator[None]:
+def transformers_bars(*, shown: bool) -> Iterator[None]:
     """Show the progress bars of transformers (de-quantizing, loading weights) if ``shown``."""
     from transformers.utils import logging as hf_logging
 

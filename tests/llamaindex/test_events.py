@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from llama_index.core import Document, MockEmbedding, VectorStoreIndex
-from llama_index.core.base.llms.types import MessageRole
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.callbacks import (
     CallbackManager,
     CBEventType,
@@ -39,7 +39,7 @@ from citeformer.request import build_request
 from citeformer.testing import FakeGenerator
 from citeformer_llamaindex import CitationChatEngine, CitationQueryEngine, core_answer
 from citeformer_llamaindex.events import ModelCall, chat_messages, usage
-from tests.llamaindex.common import TEXTS, fake, nodes, synth
+from tests.llamaindex.common import TEXTS, cite_last, fake, nodes, synth
 
 LLM_EVENTS = (
     LLMChatStartEvent, LLMChatInProgressEvent, LLMChatEndEvent,
@@ -222,6 +222,33 @@ def test_chat_engine_turns_are_reported(instrumented: Any) -> None:
     response = chat.chat("Who designed the tower?")
     assert_one_chat_call(events, spans, response, streamed=False,
                          query_span="CitationChatEngine.chat")
+
+
+@pytest.mark.parametrize("how", ["chat", "achat"])
+def test_a_follow_up_reports_its_rewrite_as_a_completion_then_the_answer(
+    instrumented: Any, how: str
+) -> None:
+    events, _ = instrumented
+    debug = LlamaDebugHandler()
+
+    def script(request: Any) -> str:  # the rewrite (no grammar, a prompt) or the cited answer
+        return "Who designed the Eiffel Tower?" if request.prompt else cite_last(request)
+
+    chat = CitationChatEngine(index().as_retriever(similarity_top_k=2),
+                              synth(fake(script), callback_manager=CallbackManager([debug])))
+    history = [ChatMessage(role=MessageRole.USER, content="Tell me about the Eiffel Tower."),
+               ChatMessage(role=MessageRole.ASSISTANT, content="It is in Paris [1].")]
+    if how == "chat":
+        chat.chat("Who designed it?", chat_history=history)
+    else:
+        asyncio.run(chat.achat("Who designed it?", chat_history=history))
+    kinds = [type(e) for e in events.llm()]
+    assert kinds == [LLMCompletionStartEvent, LLMCompletionEndEvent,
+                     LLMChatStartEvent, LLMChatEndEvent]
+    rewrite = events.llm()[0]
+    assert "Who designed it?" in rewrite.prompt and "[1]" not in rewrite.prompt
+    assert events.llm()[1].response.text == "Who designed the Eiffel Tower?"
+    assert len(debug.get_event_pairs(CBEventType.LLM)) == 2
 
 
 # -- ModelCall --------------------------------------------------------------------------------

@@ -121,3 +121,32 @@ def adversarial_items(items: list[Item], count: int) -> list[Item]:
     step = max(1, len(eligible) // max(count, 1))
     chosen = eligible[::step][:count]
     return [attacked(item, attack) for item in chosen for attack in ATTACKS]
+
+
+def unanswerable(items: list[Item]) -> list[Item]:
+    """Each item whose answer its sources no longer hold: gold passages swapped for others.
+
+    Each gold passage is replaced by a passage of another question of the set (the next ones in
+    order, so the choice is fixed), one whose text holds none of this item's answer string; the
+    prompt order is kept. An item some non-gold passage of which also holds the answer string is
+    left out, as is one with too few candidates. The items keep their id (and so their split)
+    and have no gold passages.
+    """
+    def holds(text: str, answer: str) -> bool:
+        return answer.lower() in text.lower()
+
+    result = []
+    for index, item in enumerate(items):
+        if any(holds(p.text, item.answer) for p in item.passages if p.id not in item.gold_passages):
+            continue
+        others = [p for other in items[index + 1:] + items[:index] for p in other.passages
+                  if p.id in other.gold_passages and not holds(p.text, item.answer)]
+        if len(others) < len(item.gold_passages):
+            continue
+        swaps = iter(others)
+        passages = tuple(
+            replace(next(swaps), id=f"swap-{p.id}") if p.id in item.gold_passages else p
+            for p in item.passages
+        )
+        result.append(replace(item, passages=passages, gold_passages=frozenset()))
+    return result

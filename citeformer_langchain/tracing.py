@@ -108,13 +108,33 @@ class TracedModel:
             "sources": len(request.sources),
         }
 
-    def start_metadata(self, request: GenerationRequest) -> dict[str, Any]:
+    def callback_settings(
+        self,
+        run_manager: CallbackManagerForChainRun | AsyncCallbackManagerForChainRun,
+        request: GenerationRequest,
+    ) -> dict[str, Any]:
+        """The keywords of ``CallbackManager.configure`` for this model's run under
+        ``run_manager``'s: the step's callbacks inherited, the model's own local."""
         return {
-            **self.metadata,
-            "ls_model_type": "llm" if self.kind_for(request) == "llm" else "chat",
-            "ls_max_tokens": request.max_new_tokens,
-            "ls_temperature": request.temperature if request.do_sample else 0.0,
+            "inheritable_callbacks": run_manager.get_child(),
+            "local_callbacks": self.callbacks,
+            "verbose": self.verbose,
+            "local_tags": self.tags,
+            "inheritable_metadata": {
+                **self.metadata,
+                "ls_model_type": self.kind_for(request),
+                "ls_max_tokens": request.max_new_tokens,
+                "ls_temperature": request.temperature if request.do_sample else 0.0,
+            },
         }
+
+    def start_event(self, request: GenerationRequest) -> tuple[str, list[Any], dict[str, Any]]:
+        """The callback manager's method that starts this call, its inputs and its keywords."""
+        options = {"invocation_params": self.parameters(request), "name": self.name,
+                   "batch_size": 1}
+        if self.kind_for(request) == "chat":
+            return "on_chat_model_start", [self.messages(request)], options
+        return "on_llm_start", [self.prompt(request)], options
 
 
 class ModelRun:
@@ -139,26 +159,10 @@ class ModelRun:
         request: GenerationRequest,
     ) -> ModelRun:
         """Report the start of ``model``'s call on ``request`` under ``run_manager``'s run."""
-        callbacks = CallbackManager.configure(
-            inheritable_callbacks=run_manager.get_child(),
-            local_callbacks=model.callbacks,
-            verbose=model.verbose,
-            local_tags=model.tags,
-            inheritable_metadata=model.start_metadata(request),
-        )
-        kind = model.kind_for(request)
-        parameters = model.parameters(request)
-        if kind == "chat":
-            (manager,) = callbacks.on_chat_model_start(
-                model.serialized, [model.messages(request)], invocation_params=parameters,
-                name=model.name, batch_size=1,
-            )
-        else:
-            (manager,) = callbacks.on_llm_start(
-                model.serialized, [model.prompt(request)], invocation_params=parameters,
-                name=model.name, batch_size=1,
-            )
-        return cls(manager, kind)
+        callbacks = CallbackManager.configure(**model.callback_settings(run_manager, request))
+        event, inputs, options = model.start_event(request)
+        (manager,) = getattr(callbacks, event)(model.serialized, inputs, **options)
+        return cls(manager, model.kind_for(request))
 
     def streamed(self, chunk: CitationAnswerChunk) -> None:
         """Report a streamed chunk; the last one (it has a finish reason) ends the run."""
@@ -209,25 +213,11 @@ class AsyncModelRun:
     ) -> AsyncModelRun:
         """Report the start of ``model``'s call on ``request`` under ``run_manager``'s run."""
         callbacks = AsyncCallbackManager.configure(
-            inheritable_callbacks=run_manager.get_child(),
-            local_callbacks=model.callbacks,
-            verbose=model.verbose,
-            local_tags=model.tags,
-            inheritable_metadata=model.start_metadata(request),
+            **model.callback_settings(run_manager, request)
         )
-        kind = model.kind_for(request)
-        parameters = model.parameters(request)
-        if kind == "chat":
-            (manager,) = await callbacks.on_chat_model_start(
-                model.serialized, [model.messages(request)], invocation_params=parameters,
-                name=model.name, batch_size=1,
-            )
-        else:
-            (manager,) = await callbacks.on_llm_start(
-                model.serialized, [model.prompt(request)], invocation_params=parameters,
-                name=model.name, batch_size=1,
-            )
-        return cls(manager, kind)
+        event, inputs, options = model.start_event(request)
+        (manager,) = await getattr(callbacks, event)(model.serialized, inputs, **options)
+        return cls(manager, model.kind_for(request))
 
     async def streamed(self, chunk: CitationAnswerChunk) -> None:
         """Report a streamed chunk; the last one (it has a finish reason) ends the run."""

@@ -62,6 +62,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "question-2": {"evidence": LexicalEvidence(question_weight=2)},
     "question-4": {"evidence": LexicalEvidence(question_weight=4)},
     "lexical-weight-8": {"evidence": LexicalEvidence(weight=8)},
+    "no-punctuation-run": {"readability": replace(DEFAULT, max_punctuation_run=0)},
     "off": {"readability": OFF},
 }
 
@@ -70,7 +71,7 @@ COLUMNS = (
     ("correctness", "correct"),
     ("finished", "finished"), ("repetition", "repeats"), ("after_punctuation", "after ,;:("),
     ("after_dangling_word", "after the/of"), ("long_sentences", "at bound"),
-    ("coverage", "coverage"),
+    ("coverage", "coverage"), ("fragments", "fragments"), ("punctuation_runs", "runs ****"),
 )
 
 

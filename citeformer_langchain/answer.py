@@ -110,6 +110,10 @@ class CitationAnswer(AIMessage):
     generated_tokens: int = 0
     """Number of tokens generated, the end-of-sequence token included."""
 
+    abstained: bool = False
+    """Whether the answer is the refusal sentence: the documents do not answer the question
+    (the runnable's ``refusal``); it then cites nothing."""
+
     _cited: CitedAnswer | None = PrivateAttr(default=None)
 
     def __init__(self, text: str = "", **kwargs: Any) -> None:
@@ -163,6 +167,7 @@ class CitationAnswer(AIMessage):
             finish_reason=answer.finish_reason,
             prompt_tokens=answer.prompt_tokens,
             generated_tokens=answer.generated_tokens,
+            abstained=answer.abstained,
         )
         paired._cited = answer
         return paired
@@ -192,6 +197,7 @@ class CitationAnswer(AIMessage):
                 Quote(q.text, q.source_id, q.start, q.end, q.source_start, q.source_end)
                 for q in self.quotes
             ),
+            abstained=self.abstained,
         )
 
     @property
@@ -263,6 +269,7 @@ class CitationAnswerChunk(CitationAnswer, AIMessageChunk):
             finish_reason=other.finish_reason or self.finish_reason,
             prompt_tokens=other.prompt_tokens or self.prompt_tokens,
             generated_tokens=other.generated_tokens or self.generated_tokens,
+            abstained=other.abstained or self.abstained,
         )
         total._cited = other._cited or self._cited
         return total

@@ -15,6 +15,7 @@ from citeformer.errors import InputTypeError
 from citeformer.evidence import Evidence
 from citeformer.grammar import GrammarOptions
 from citeformer.integration import EmptySources, setting_names, settings_template
+from citeformer.evidence.refusal import Refusal
 from citeformer.readability import Readability
 from citeformer.request import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -92,6 +93,11 @@ class CitationSettings(GeneratorStep[dict[str, Any], CitationAnswer]):
     readability: SkipJsonSchema[Readability | None] = Field(default_factory=Readability)
     """How the prose around the markers is steered (``citeformer.readability``); ``None`` turns
     every readability lever off."""
+
+    refusal: SkipJsonSchema[Refusal | None] = Field(default_factory=Refusal)
+    """When the answer is the refusal sentence because the documents do not answer the question
+    (``citeformer.evidence.refusal.Refusal``; the answer's ``abstained`` says so); ``None``:
+    every question is answered with citations."""
 
     title_keys: tuple[str, ...] = TITLE_KEYS
     """Metadata keys a source's title (shown to the model) is read from: the first non-blank."""

@@ -76,7 +76,8 @@ def response_metadata(
     ``"citations"`` and ``"quotes"`` are ``to_dict()``'s with each node's ``"node_id"`` (and a
     quote's ``"document_start"``/``"document_end"`` in the original document, when the node
     knows where it starts there and the model read its text alone); then the finish reason, the
-    token counts and, under ``ANSWER_KEY``, the whole dict.
+    token counts, ``"abstained"`` (the answer is the refusal sentence: the nodes do not answer the
+    question) and, under ``ANSWER_KEY``, the whole dict.
     """
     data = answer.to_dict()
     return {
@@ -89,6 +90,7 @@ def response_metadata(
         "finish_reason": data["finish_reason"],
         "prompt_tokens": data["prompt_tokens"],
         "generated_tokens": data["generated_tokens"],
+        "abstained": data["abstained"],
         ANSWER_KEY: data,
     }
 

@@ -31,7 +31,7 @@ PUBLIC = {
         "EvidenceSpan", "GenerationOptions", "GenerationRequest", "GrammarOptions",
         "GrammarViolationError", "InputTypeError", "InvalidInputError", "MarkerScan",
         "MissingDependencyError", "ModelLoadError", "NoSourcesError", "Policy",
-        "PromptTooLongError", "Quote", "ServerAnswerStream", "ServerConnectionError", "ServerError",
+        "PromptTooLongError", "Quote", "Refusal", "ServerAnswerStream", "ServerConnectionError", "ServerError",
         "ServerGenerator", "ServerIgnoredGrammarError", "ServerResponseError", "Source",
         "TokenizerMismatchError", "build_grammar", "build_request", "dotted_terms",
         "parse_citations", "scan_markers",

@@ -31,6 +31,9 @@ REPEAT_NGRAM = 4
 REPETITION_NGRAM = 5
 MAX_GROUP = 3
 PUNCTUATION_BEFORE_GROUP = (",", ";", ":", "(")
+# Four or more of one punctuation character in a row: a markup underline ("****", "====").
+_PUNCTUATION_RUN = re.compile(r"""([!"#$%&'()*+,\-./:;<=>?@\\^_`{|}~])\1{3,}""")
+FRAGMENT_WORDS = 2
 # Words after which a phrase cannot end: a group right after one stands where a noun or clause
 # should be ("a feature of [4]", "provided by the [1]").
 DANGLING_WORDS = frozenset({
@@ -41,7 +44,8 @@ DANGLING_WORDS = frozenset({
 COUNTS = (
     "markers", "fabricated", "out_of_range", "malformed", "precise", "sentences",
     "cited_sentences", "long_sentences", "cite_groups", "groups_after_punctuation",
-    "groups_after_dangling_word", "unsupported_numbers", "claim_best",
+    "groups_after_dangling_word", "unsupported_numbers", "claim_best", "fragments",
+    "punctuation_runs",
 )
 FLAGS = (
     "correct", "stacked_markers", "cut_off", "repeated_phrase", "degenerate", "no_marker",
@@ -128,6 +132,22 @@ def groups_after_dangling_word(text: str) -> int:
     return sum(follows_dangling_word(text, start) for start, _ in cite_groups(text))
 
 
+def punctuation_runs(text: str) -> int:
+    """Runs of four or more of one ASCII punctuation character (``****``, ``====``)."""
+    return len(_PUNCTUATION_RUN.findall(text))
+
+
+def fragments(sentences: Sequence[str]) -> int:
+    """Cited sentences of at most ``FRAGMENT_WORDS`` words before their first cite-group: a
+    marker's carrier only (``The comparison [2][3].``)."""
+    count = 0
+    for sentence in sentences:
+        group = _CITE_GROUP.search(sentence)
+        if group and len(_WORD.findall(sentence[:group.start()])) <= FRAGMENT_WORDS:
+            count += 1
+    return count
+
+
 def sentence_words(sentence: str) -> int:
     """Words of a sentence as the REQUIRED grammar counts them: runs of non-space characters,
     markers and bare punctuation (the terminator) left out."""
@@ -195,6 +215,8 @@ def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
         "cite_groups": len(cite_groups(text)),
         "groups_after_punctuation": groups_after_punctuation(text),
         "groups_after_dangling_word": groups_after_dangling_word(text),
+        "fragments": fragments(sentences),
+        "punctuation_runs": punctuation_runs(text),
         "unsupported_numbers": len(invented),
         "unsupported_number_values": invented,
         "correct": contains_answer(text, item.answer),
@@ -273,6 +295,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "repetition": rate(flag["repetition"], answers),
         "after_punctuation": rate(total["groups_after_punctuation"], total["cite_groups"]),
         "after_dangling_word": rate(total["groups_after_dangling_word"], total["cite_groups"]),
+        "fragments": rate(total["fragments"], total["sentences"]),
+        "punctuation_runs": total["punctuation_runs"],
         "unsupported_numbers": total["unsupported_numbers"],
         "answers_with_unsupported_number": rate(
             sum(r["unsupported_numbers"] > 0 for r in rows), answers
@@ -290,7 +314,9 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def rate_text(rate: Any) -> str:
-    """A ``rate``'s value with two decimals, ``-`` where it has none (no trials)."""
+    """A ``rate``'s value with two decimals, ``-`` where it has none (no trials); a count as is."""
+    if isinstance(rate, int):
+        return str(rate)
     if isinstance(rate, dict) and rate.get("value") is not None:
         return f"{rate['value']:.2f}"
     return "-"

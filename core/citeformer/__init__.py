@@ -35,6 +35,7 @@ _EXPORTS = {
     "AsyncAnswerGenerator": "citeformer.request",
     "Policy": "citeformer.types",
     "Quote": "citeformer.types",
+    "Refusal": "citeformer.evidence.refusal",
     "Source": "citeformer.types",
     "CitationOutOfRangeError": "citeformer.errors",
     "CiteformerError": "citeformer.errors",
@@ -82,6 +83,7 @@ __all__ = [
     "Policy",
     "PromptTooLongError",
     "Quote",
+    "Refusal",
     "ServerAnswerStream",
     "ServerConnectionError",
     "ServerError",
@@ -130,6 +132,7 @@ if TYPE_CHECKING:
         ServerResponseError,
         TokenizerMismatchError,
     )
+    from citeformer.evidence.refusal import Refusal
     from citeformer.generator import AnswerStream, CiteGenerator
     from citeformer.grammar.markers import MarkerScan, parse_citations, scan_markers
     from citeformer.grammar.rules import GrammarOptions, build_grammar, dotted_terms

@@ -9,7 +9,7 @@ text is produced; both go through these functions, so an answer means the same f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from citeformer.errors import GrammarViolationError
 from citeformer.evidence.spans import with_evidence
@@ -21,6 +21,7 @@ from citeformer.types import CitedAnswer, FinishReason, Quote
 __all__ = [
     "ChunkTracker",
     "StreamedAnswer",
+    "WholeAnswer",
     "bad_markers",
     "cited_answer",
     "safe_prefix",
@@ -84,6 +85,29 @@ class StreamedAnswer:
         if self._started:
             raise RuntimeError("an answer stream can be iterated only once")
         self._started = True
+
+
+class WholeAnswer(StreamedAnswer):
+    """A finished answer as a stream of one chunk, iterated or async-iterated.
+
+    For a refusal that ran no model, and an engine that does not stream.
+    """
+
+    def __init__(self, answer: CitedAnswer) -> None:
+        super().__init__()
+        self._done = answer
+
+    def __iter__(self) -> Iterator[str]:
+        self._start()
+        self._answer = self._done
+        return iter([self._done.text] if self._done.text else [])
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[str]:
+        for chunk in self:
+            yield chunk
 
 
 class ChunkTracker:
@@ -153,6 +177,7 @@ def cited_answer(
         prompt_tokens=prompt_tokens,
         generated_tokens=generated_tokens,
         quotes=quotes,
+        abstained=request.abstains(text),
     )
 
 

@@ -273,9 +273,11 @@ class CiteGenerator:
         size = check_batch_size(batch_size)
         engine = self._engine
         rows = prepare_all(engine.prepare, requests)
-        answers: dict[int, CitedAnswer] = {}
+        answers = {i: a for i, row in enumerate(rows) if (a := row.request.refused()) is not None}
         with self._lock:
-            for indices in plan_batches(rows, size):
+            for planned in plan_batches(rows, size):
+                if not (indices := [i for i in planned if i not in answers]):
+                    continue
                 decoded = engine.run([rows[i] for i in indices])
                 for i, ids in zip(indices, decoded.ids, strict=True):
                     answers[i] = engine.finish(rows[i], ids)
@@ -301,9 +303,15 @@ class CiteGenerator:
         return self.answer_batch(requests, batch_size=size)
 
     def _decoder(self, request: GenerationRequest) -> _Decode:
-        """Prepare one request (prompt ids, compiled grammar) and return what decodes it."""
+        """Prepare one request (prompt ids, compiled grammar) and return what decodes it.
+
+        A request the sources cannot answer (``GenerationRequest.refused``) runs no model; its
+        prompt is still checked, as a batch checks every row's.
+        """
         engine = self._engine
         row = engine.prepare(request)
+        if (refused := request.refused()) is not None:
+            return lambda streamer, cancel: refused
 
         def run(streamer: BaseStreamer | None, cancel: threading.Event | None) -> CitedAnswer:
             with self._lock:

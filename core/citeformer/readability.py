@@ -55,6 +55,10 @@ class Readability:
     """Block a token that would make the answer repeat a word n-gram of this many words (markers
     left out, case folded) that it already holds (0: off)."""
 
+    max_punctuation_run: int = 3
+    """The most times one ASCII punctuation character may repeat in a row (``...`` yes, ``****``
+    or ``====``, the underlines of a source's markup, no); 0: off."""
+
     number_penalty: float = 8.0
     """Logit penalty for a digit that makes a number no source holds (0: off)."""
 
@@ -94,13 +98,10 @@ class Readability:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value == 1:
                 raise InvalidInputError(f"{name} must be 0 (off) or an int >= 2, got {value!r}")
-        if (
-            isinstance(self.wrap_up_words, bool) or not isinstance(self.wrap_up_words, int)
-            or self.wrap_up_words < 0
-        ):
-            raise InvalidInputError(
-                f"wrap_up_words must be an int >= 0 (0: off), got {self.wrap_up_words!r}"
-            )
+        for name in ("wrap_up_words", "max_punctuation_run"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInputError(f"{name} must be an int >= 0 (0: off), got {value!r}")
         for name in ("number_penalty", "end_bias", "wrap_up_bias"):
             check_non_negative(name, getattr(self, name))
 
@@ -108,6 +109,6 @@ class Readability:
 OFF = Readability(
     end_intent=False, auto_cite_support=None, no_repeat_ngram=0, no_repeat_words=0,
     number_penalty=0.0, cite_after_punctuation=True, period_after_marker=False, end_bias=0.0,
-    wrap_up_words=0,
+    wrap_up_words=0, max_punctuation_run=0,
 )
 """Every readability processor turned off."""

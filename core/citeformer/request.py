@@ -26,6 +26,7 @@ from citeformer.errors import (
     NoSourcesError,
     check_positive_int,
 )
+from citeformer.evidence.refusal import Band, Refusal
 from citeformer.evidence.scoring import DEFAULT_EVIDENCE, Evidence, resolve_evidence
 from citeformer.grammar.markers import strip_markers
 from citeformer.grammar.rules import (
@@ -34,7 +35,7 @@ from citeformer.grammar.rules import (
     dotted_terms,
     render_grammar,
 )
-from citeformer.prompt import build_messages
+from citeformer.prompt import build_messages, default_instructions
 from citeformer.readability import OFF, Readability
 from citeformer.types import CitedAnswer, Policy, Source
 
@@ -156,6 +157,10 @@ class GenerationRequest:
     """How the prose around the markers is steered (``citeformer.readability``); ``None``
     turns every readability lever off."""
 
+    refusal: Refusal | None = field(default_factory=Refusal)
+    """When the answer is the refusal sentence because the sources do not answer the question
+    (``citeformer.evidence.refusal``); ``None``: never, every answer is generated."""
+
     def __post_init__(self) -> None:
         # Checked in field order, so the first bad field is the one named.
         set_ = object.__setattr__
@@ -184,6 +189,11 @@ class GenerationRequest:
             evidence = resolve_evidence(evidence)
         set_(self, "evidence", evidence)
         set_(self, "readability", _check_readability(self.readability))
+        if self.refusal is not None and not isinstance(self.refusal, Refusal):
+            raise InputTypeError(
+                f"refusal must be a citeformer.evidence.refusal.Refusal or None, got "
+                f"{type(self.refusal).__name__}"
+            )
 
     @property
     def n_sources(self) -> int:
@@ -228,11 +238,47 @@ class GenerationRequest:
             max_chars=self.grammar.max_word_chars,
         )
 
-    def messages(self) -> list[dict[str, str]]:
-        """The chat messages the model is shown (unless ``prompt`` replaces them)."""
-        return build_messages(
-            self.question, self.sources, self.policy, self.instructions, self.history
+    @cached_property
+    def refusal_band(self) -> Band:
+        """What the sources' support of the question lets the answer be (``Refusal.band``).
+
+        ``Band.ANSWER`` without ``refusal`` or without the grammar; measured once, when first
+        read (by the generator, before it runs the model).
+        """
+        if self.refusal is None or not self.constrained:
+            return Band.ANSWER
+        return self.refusal.band(self.question, self.sources, self.history)
+
+    @property
+    def offered_refusal(self) -> str | None:
+        """The refusal sentence when the model may choose it (``Band.OFFER``), else ``None``."""
+        if self.refusal is not None and self.refusal_band is Band.OFFER:
+            return self.refusal.text
+        return None
+
+    def refused(self) -> CitedAnswer | None:
+        """The refusal answer when the support is too low to run the model (``Band.REFUSE``)."""
+        if self.refusal is None or self.refusal_band is not Band.REFUSE:
+            return None
+        return CitedAnswer(
+            text=self.refusal.text, citations=(), sources=self.sources, finish_reason="stop",
+            abstained=True,
         )
+
+    def abstains(self, text: str) -> bool:
+        """Whether ``text`` is this request's refusal sentence."""
+        return self.refusal is not None and text.strip() == self.refusal.text
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat messages the model is shown (unless ``prompt`` replaces them).
+
+        When the model may choose the refusal, the instructions say so.
+        """
+        instructions = self.instructions
+        if self.refusal is not None and self.offered_refusal is not None:
+            base = instructions or default_instructions(self.policy)
+            instructions = base + self.refusal.instruction()
+        return build_messages(self.question, self.sources, self.policy, instructions, self.history)
 
     def grammar_text(self, *, spell_quotes: bool, bound_words: bool = True) -> str:
         """The GBNF grammar of this request.
@@ -244,7 +290,7 @@ class GenerationRequest:
         quote_sources = self.sources if spell_quotes and self.quotable_chars is not None else None
         return render_grammar(
             self.n_sources, self.policy, self.grammar, quote_sources, self.terms,
-            bound_words=bound_words,
+            bound_words=bound_words, refusal=self.offered_refusal,
         )
 
     def replace(self, **changes: Any) -> GenerationRequest:
@@ -270,6 +316,7 @@ class GenerationOptions(TypedDict, total=False):
     grammar: GrammarOptions
     evidence: Evidence | str | None
     readability: Readability | None
+    refusal: Refusal | None
     max_group: int
     max_sentence_words: int
     max_word_chars: int

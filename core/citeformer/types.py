@@ -177,6 +177,10 @@ class CitedAnswer:
     quotes: tuple[Quote, ...] = ()
     """Every verbatim quote (``QUOTES_ONLY``), located in the source it cites; empty otherwise."""
 
+    abstained: bool = False
+    """Whether the answer is the refusal sentence: the sources do not answer the question
+    (``citeformer.evidence.refusal``); it then holds no marker."""
+
     def __str__(self) -> str:
         """The text: ``print(answer)`` shows the answer, ``repr`` every field."""
         return self.text
@@ -225,7 +229,7 @@ class CitedAnswer:
                 finish_reason=cast(FinishReason, finish),
                 prompt_tokens=int(data.get("prompt_tokens", 0)),
                 generated_tokens=int(data.get("generated_tokens", 0)),
-                quotes=quotes,
+                quotes=quotes, abstained=bool(data.get("abstained", False)),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidInputError(
@@ -261,6 +265,7 @@ class CitedAnswer:
             "finish_reason": self.finish_reason,
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,
+            "abstained": self.abstained,
         }
 
 

@@ -36,14 +36,14 @@ logits keep only the end-of-answer tokens); the other requests go on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 import xgrammar as xgr
 
-from citeformer.answers import StreamedAnswer, cited_answer
+from citeformer.answers import WholeAnswer, cited_answer
 from citeformer.decoding.batching import Prepared, build_requests, prepare_all
 from citeformer.decoding.engine import (
     DecodingEngine,
@@ -369,7 +369,7 @@ class VLLMGenerator:
 
     def answer_stream(self, request: GenerationRequest) -> AnswerChunks:
         """The answer as a stream of one chunk (``vllm.LLM`` does not stream)."""
-        return _WholeAnswer(self.answer(request))
+        return WholeAnswer(self.answer(request))
 
     def generate_batch(
         self,
@@ -388,14 +388,17 @@ class VLLMGenerator:
         each bad row, and nothing runs.
         """
         rows = prepare_all(self._prepare, requests)
-        if not rows:
-            return []
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": row.prompt_ids} for row in rows],
-            sampling_params=[self._sampling(row.request) for row in rows],
-            use_tqdm=False,
-        )
-        return [self._answer(row, output) for row, output in zip(rows, outputs, strict=True)]
+        answers = [row.request.refused() for row in rows]
+        if run := [row for row, answer in zip(rows, answers, strict=True) if answer is None]:
+            outputs = iter(self.llm.generate(
+                [{"prompt_token_ids": row.prompt_ids} for row in run],
+                sampling_params=[self._sampling(row.request) for row in run],
+                use_tqdm=False,
+            ))
+        return [
+            answer if answer is not None else self._answer(row, next(outputs))
+            for row, answer in zip(rows, answers, strict=True)
+        ]
 
     def _prepare(self, request: GenerationRequest) -> Prepared:
         ids = prompt_token_ids(request, self.tokenizer)
@@ -437,16 +440,3 @@ class VLLMGenerator:
 
 
 _PROCESSOR_PATH = f"{__name__}:SteeringProcessor"
-
-
-class _WholeAnswer(StreamedAnswer):
-    """A finished answer as a stream of one chunk."""
-
-    def __init__(self, answer: CitedAnswer) -> None:
-        super().__init__()
-        self._done = answer
-
-    def __iter__(self) -> Iterator[str]:
-        self._start()
-        self._answer = self._done
-        return iter([self._done.text] if self._done.text else [])

@@ -577,8 +577,8 @@ def test_server_stream_and_model_name(served, docs, capsys) -> None:
 
 def test_server_ignoring_the_grammar_exits_1(served, docs, capsys) -> None:
     served.server.pieces = ["Paris [7]."]
-    code, out, err = run(capsys, "ask", "q?", "--docs", str(docs), "--server", "http://h:1",
-                         services=served.services)
+    code, out, err = run(capsys, "ask", "capital of France?", "--docs", str(docs), "--server",
+                         "http://h:1", services=served.services)
     assert code == 1 and out == ""
     assert "error: the server at http://llm.test:8080/v1 returned marker '[7]'" in err
     assert "Traceback" not in err
@@ -804,3 +804,54 @@ def test_the_library_log_is_shown_as_progress_unless_quiet(fake, docs, capsys, q
     assert logging.getLogger("citeformer").handlers == before  # put back
     library.info("after the command")
     assert "after the command" not in capsys.readouterr().err
+
+
+# -- grounded refusal ----------------------------------------------------------------------------
+
+
+def test_a_question_the_passages_do_not_answer_is_refused_without_the_server(
+    served, docs, capsys
+) -> None:
+    code, out, err = run(capsys, "ask", "What is the population of Peru?", "--docs", str(docs),
+                         "--server", "http://h:1", services=served.services)
+    assert code == 0, err
+    assert out.splitlines()[0] == "The sources do not answer this question."
+    assert "[1]" not in out and served.server.bodies == []
+    assert "the retrieved passages do not answer the question (--no-refusal" in err
+
+
+def test_a_refusal_in_json_is_abstained_with_no_citation(served, docs, capsys) -> None:
+    code, out, _ = run(capsys, "ask", "What is the population of Peru?", "--docs", str(docs),
+                       "--server", "http://h:1", "--json", services=served.services)
+    answer = json.loads(out)
+    assert code == 0 and answer["abstained"] is True and answer["citations"] == []
+    assert answer["text"] == "The sources do not answer this question."
+
+
+@pytest.mark.parametrize("option", [["--no-refusal"], ["--refusal-threshold", "0"]])
+def test_refusal_can_be_turned_off(served, docs, capsys, option) -> None:
+    code, out, err = run(capsys, "ask", "What is the population of Peru?", "--docs", str(docs),
+                         "--server", "http://h:1", "--json", *option, services=served.services)
+    answer = json.loads(out)
+    assert code == 0, err
+    assert answer["abstained"] is False and answer["text"] == "Paris is the capital of France [1]."
+    assert len(served.server.bodies) == 1
+
+
+def test_the_refusal_options_reach_the_request(fake, docs, capsys) -> None:
+    run(capsys, "ask", "capital of France?", "--docs", str(docs), "--refusal-threshold", "0.6",
+        services=fake)
+    assert fake.request.refusal is not None and fake.request.refusal.limit == 0.6
+    fake.generator.requests.clear()
+    run(capsys, "ask", "capital of France?", "--docs", str(docs), "--no-refusal", services=fake)
+    assert fake.request.refusal is None
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--refusal-threshold", "-1"], "must be a number >= 0, got -1"),
+    (["--refusal-threshold", "high"], "'high' is not a number"),
+    (["--refusal-threshold", "0.2", "--no-refusal"], "not allowed with argument"),
+])
+def test_a_bad_refusal_option_is_a_usage_error(fake, docs, capsys, argv, message) -> None:
+    code, _, err = run(capsys, "ask", "q?", "--docs", str(docs), *argv, services=fake)
+    assert code == 2 and message in err and "Traceback" not in err

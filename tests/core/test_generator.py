@@ -206,7 +206,9 @@ def test_a_batch_call_holds_the_grammars_of_one_batch_at_a_time(
     monkeypatch.setattr(engine, "run", run)
     rows = 12
     questions = [f"What changed in version 3.{row}?" for row in range(rows)]  # a term per row
-    answers = gen.generate_batch(questions, [SOURCES] * rows, batch_size=2, max_new_tokens=4)
+    answers = gen.generate_batch(
+        questions, [SOURCES] * rows, batch_size=2, max_new_tokens=4, refusal=None
+    )
     assert len(answers) == rows and len(compiled) == rows  # each row its own grammar
     # Before each batch, only what the cache keeps; nothing compiled ahead of its batch.
     assert alive_at_each_batch[0] == 0 and max(alive_at_each_batch) <= 2, alive_at_each_batch

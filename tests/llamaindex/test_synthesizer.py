@@ -318,10 +318,10 @@ def test_evidence_is_left_to_the_generator_unless_set() -> None:
 def test_evidence_default_reaches_a_server_unasked() -> None:
     from tests.fake_server import FakeServer
 
-    response = synth(FakeServer().generator()).synthesize("Capitals?", nodes())
+    response = synth(FakeServer().generator()).synthesize("Who built the tower?", nodes())
     assert_lined_up(response)
     with pytest.raises(InvalidInputError, match="evidence="):
-        synth(FakeServer().generator(), evidence="lexical").synthesize("Capitals?", nodes())
+        synth(FakeServer().generator(), evidence="lexical").synthesize("Who built the tower?", nodes())
 
 
 # -- async and streaming --------------------------------------------------------------------

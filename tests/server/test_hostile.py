@@ -34,6 +34,7 @@ from citeformer.errors import CiteformerError
 from citeformer.testing import MODEL, chat_chunks, sse
 from tests.server.common import QUESTION, SOURCES
 
+TOWER_QUESTION = "When was the Eiffel Tower completed?"
 TOWER = [
     "The Eiffel Tower was completed in March 1889 and painted red-brown.",
     "Gustave Eiffel's company designed and built the tower in Paris.",
@@ -210,7 +211,7 @@ def test_a_fabricated_quote_cut_by_the_budget_is_never_returned() -> None:
     # Before the grammar was re-parsed, the budget cut dropped the quote and returned 'He said'.
     text = 'He said "the tower was painted gold in 1999" loudly and more'
     with serving(answering(text, "length")) as server:
-        outcomes = every_way(generator(server), QUESTION, TOWER, Policy.QUOTES_ONLY)
+        outcomes = every_way(generator(server), TOWER_QUESTION, TOWER, Policy.QUOTES_ONLY)
     assert all(str(o).startswith("ServerIgnoredGrammarError: ") for o in outcomes), outcomes
 
 
@@ -223,7 +224,7 @@ def test_a_vllm_that_ignores_guided_grammar_is_told_to_use_structured_outputs() 
 def test_a_server_that_obeys_the_grammar_is_answered() -> None:
     text = 'It says "The Eiffel Tower was completed in March 1889" [1].'
     with serving(answering(text)) as server:
-        outcomes = every_way(generator(server), QUESTION, TOWER, Policy.QUOTES_ONLY)
+        outcomes = every_way(generator(server), TOWER_QUESTION, TOWER, Policy.QUOTES_ONLY)
     assert all(isinstance(o, CitedAnswer) and o.text == text for o in outcomes), outcomes
     assert [len(o.quotes) for o in outcomes if isinstance(o, CitedAnswer)] == [1, 1, 1, 1]
 
@@ -467,7 +468,8 @@ def test_a_password_in_the_url_is_sent_as_basic_auth_and_shown_nowhere(
         url = server.url.replace("http://", "http://alice:s3cret@")
         gen = ServerGenerator(url, retry_backoff=0, max_retries=1)
         outcomes = every_way(gen, QUESTION, SOURCES, Policy.AUTO)
-        failures = every_way(gen, "Should this fail?", SOURCES, Policy.AUTO)
+        failures = every_way(gen, "Is Paris the capital of France, or should this fail?", SOURCES,
+                             Policy.AUTO)
         assert all(path.startswith("/v1/") for _, path, _, _ in server.requests)
     assert all(isinstance(o, CitedAnswer) for o in outcomes), outcomes
     assert all(str(f).startswith("ServerResponseError: ") and "boom" in f for f in failures)

@@ -13,7 +13,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
 
 from citeformer import AnswerGenerator, CitedAnswer, EmptyQuestionError, build_request
@@ -24,6 +24,7 @@ from citeformer.app.index_cache import IndexCache, embedder_name
 from citeformer.app.output import answer_json, format_references
 from citeformer.app.retrieval import DEFAULT_TOP_K, DenseRetriever, embed_passages
 from citeformer.app.services import Services
+from citeformer.evidence.refusal import Refusal
 from citeformer.request import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY
 
 __all__ = [
@@ -86,6 +87,9 @@ class AskOptions:
     batch_size: int = DEFAULT_BATCH_SIZE
     """``--batch-size``: questions answered together (a local model's batch, or requests in
     flight to a server)."""
+    refusal: Refusal | None = field(default_factory=Refusal)
+    """When the answer is the refusal sentence (``--refusal-threshold``); ``None``
+    (``--no-refusal``): every question is answered with citations."""
 
 
 class Progress:
@@ -120,7 +124,8 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
 
     sources = [hit.passage.to_source(score=round(hit.score, 4)) for hit in hits]
     request = build_request(
-        question, sources, options.policy, max_new_tokens=options.max_new_tokens
+        question, sources, options.policy, max_new_tokens=options.max_new_tokens,
+        refusal=options.refusal,
     )
     if options.output == "stream":
         stream = generator.answer_stream(request)
@@ -140,6 +145,8 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
             out.write(answer.text + "\n")
         out.write(format_references(answer, hits, all_sources=options.all_sources))
     out.flush()
+    if answer.abstained:
+        say("the retrieved passages do not answer the question (--no-refusal answers anyway)")
     if answer.finish_reason == "length":
         say(f"the answer was cut off at --max-new-tokens {options.max_new_tokens}")
     return answer

@@ -234,7 +234,8 @@ def _batch(
             sources = [hit.passage.to_source(score=round(hit.score, 4)) for hit in hits]
             try:
                 request = build_request(
-                    question, sources, options.policy, max_new_tokens=options.max_new_tokens
+                    question, sources, options.policy, max_new_tokens=options.max_new_tokens,
+                    refusal=options.refusal,
                 )
             except CiteformerError as error:
                 results[item.line] = _error(item, str(error))

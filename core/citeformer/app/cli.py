@@ -68,6 +68,7 @@ from citeformer.app.chunking import DEFAULT_MAX_CHARS
 from citeformer.app.errors import EXIT_OK, EXIT_USAGE, PROG, UsageError, as_app_error
 from citeformer.app.retrieval import DEFAULT_TOP_K
 from citeformer.app.services import Services
+from citeformer.evidence.refusal import DEFAULT_REFUSAL_TEXT, DEFAULT_THRESHOLDS, Refusal
 from citeformer.request import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS
 
 __all__ = [
@@ -240,8 +241,29 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "--all-sources", action="store_true",
         help="list every retrieved passage in the references, marking the uncited ones",
     )
+    refusal = ask.add_mutually_exclusive_group()
+    refusal.add_argument(
+        "--refusal-threshold", type=_non_negative_float, default=None, metavar="X",
+        help=f"answer {DEFAULT_REFUSAL_TEXT!r} when the best passage holds less than this "
+        f"share of the question's content words (default: {DEFAULT_THRESHOLDS['lexical']}; "
+        "0: never)",
+    )
+    refusal.add_argument(
+        "--no-refusal", action="store_true",
+        help="answer every question with citations, even where the passages do not answer it",
+    )
     ask.add_argument("--quiet", "-q", action="store_true", help="no progress messages on stderr")
     return parser, ask
+
+
+def _non_negative_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not number >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {value}")
+    return number
 
 
 def _positive_int(value: str) -> int:
@@ -313,6 +335,7 @@ def _options(args: argparse.Namespace) -> AskOptions:
         questions=args.questions,
         output_file=args.output,
         batch_size=args.batch_size or DEFAULT_BATCH_SIZE,
+        refusal=None if args.no_refusal else Refusal(threshold=args.refusal_threshold),
     )
 
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from citeformer.decoding.edits import StepEdits, Wanted, WantedReader
-from citeformer.decoding.vocab import WORD, Vocabulary
+from citeformer.decoding.vocab import PUNCTUATION, WORD, Vocabulary
 from citeformer.evidence.scoring import Evidence, LexicalEvidence, Support, claim_of
 from citeformer.grammar.markers import CLOSED_GROUP, MARKER_LIKE, OPEN_GROUP
 from citeformer.readability import Readability
@@ -37,6 +37,7 @@ __all__ = [
     "Lever",
     "NumberCopy",
     "PeriodAfterMarker",
+    "PunctuationRun",
     "RepeatBlock",
     "WordRepeatBlock",
     "WrapUp",
@@ -117,7 +118,9 @@ class EndIntent(Lever):
     to the openers. ``required``: a sentence ends only right after its cite-group, so a ``.``
     the grammar allows elsewhere continues a dotted term (``3`` to ``3.8``) and ending counts as
     masked there: the openers gain ``p_end`` beside the ``.``'s own share, and the model's doubt
-    between ``Python 3 [1].`` and ``Python 3.8`` stays a doubt.
+    between ``Python 3 [1].`` and ``Python 3.8`` stays a doubt. ``refusal``: the sentence the
+    grammar also allows as the whole answer (``GenerationRequest.offered_refusal``); where the
+    answer so far is that sentence but its end, the wish to end it is left alone.
     """
 
     needs_raw = True
@@ -129,8 +132,10 @@ class EndIntent(Lever):
         support: Support | None = None,
         threshold: float | None = None,
         required: bool = False,
+        refusal: str | None = None,
     ) -> None:
         self._vocab = vocab
+        self._refusal = refusal
         self._support = support
         self._threshold = threshold
         self._required = required
@@ -138,6 +143,8 @@ class EndIntent(Lever):
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         wanted = edits.wanted()
         if wanted is None or not wanted.may_open or not 0 < wanted.end_over_open < math.inf:
+            return
+        if self._refusal is not None and _ends_next(self._refusal, state.text.lstrip()):
             return
         ending_allowed = state.data.endswith(b"]") if self._required else wanted.may_end
         share = self._auto_share(state) if ending_allowed else 1.0
@@ -218,6 +225,29 @@ class RepeatBlock(Lever):
         blocked = self._next.get(tuple(answer[len(answer) - (n - 1):]))
         if blocked:
             edits.remove(sorted(blocked))
+
+
+class PunctuationRun(Lever):
+    """Removes tokens that would repeat one punctuation character more than ``limit`` times.
+
+    Such runs (``****``, ``====``) are the markup underlines a small model copies from a source;
+    at least one token is kept.
+    """
+
+    def __init__(self, vocab: Vocabulary, limit: int) -> None:
+        self._runs = vocab.punctuation_runs
+        self._limit = limit
+        self._inside = self._runs.longer_than(limit)  # too long whatever comes before them
+
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        edits.remove(self._inside)
+        data = state.data
+        if not data or data[-1] not in PUNCTUATION:
+            return
+        last, run = data[-1], 1
+        while run < len(data) and data[-1 - run] == last:
+            run += 1
+        edits.remove(self._runs.extending(last, run, self._limit))
 
 
 class WordRepeatBlock(Lever):
@@ -482,6 +512,11 @@ def _continuations(prefix: str, n: int) -> set[str]:
     return found
 
 
+def _ends_next(sentence: str, written: str) -> bool:
+    """Whether ``written`` is ``sentence`` up to the punctuation that ends it."""
+    return sentence.startswith(written) and sentence[len(written):].strip() in (".", "!", "?")
+
+
 def _trailing_number(text: str) -> str:
     match = re.search(r"\d+(?:[.,]\d+)*[.,]?$", text)
     return match.group(0) if match else ""
@@ -509,6 +544,7 @@ def levers_for(
             threshold = settings.auto_cite_support
         levers.append(EndIntent(
             vocab, support=support, threshold=threshold, required=policy is Policy.REQUIRED,
+            refusal=request.offered_refusal,
         ))
     if not settings.cite_after_punctuation:
         levers.append(CiteAfterWord(vocab))
@@ -521,6 +557,8 @@ def levers_for(
         levers.append(RepeatBlock(settings.no_repeat_ngram, vocab.exempt))
     if settings.no_repeat_words:
         levers.append(WordRepeatBlock(settings.no_repeat_words, vocab, stop_ids))
+    if settings.max_punctuation_run:
+        levers.append(PunctuationRun(vocab, settings.max_punctuation_run))
     sentence_words = request.grammar.max_sentence_words
     if settings.wrap_up_words and sentence_words and policy is Policy.REQUIRED:
         levers.append(WrapUp(vocab, sentence_words, settings.wrap_up_words, settings.wrap_up_bias))

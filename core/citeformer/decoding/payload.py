@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.evidence.refusal import Refusal
 from citeformer.evidence.scoring import EmbeddingEvidence, Evidence, LexicalEvidence
 from citeformer.grammar.rules import GrammarOptions
 from citeformer.readability import Readability
@@ -41,7 +43,9 @@ HANDSHAKE = "handshake"
 from vLLM): how a client tells whether a server runs the processor, before any answer."""
 HANDSHAKE_REPLY = f"citeformer steering processor, payload version {PAYLOAD_VERSION}"
 
-_FIELDS = {"v", "question", "sources", "policy", "grammar", "readability", "evidence"}
+_FIELDS = {
+    "v", "question", "sources", "policy", "grammar", "readability", "evidence", "refusal",
+}
 
 
 def steering_payload(request: GenerationRequest) -> str:
@@ -57,6 +61,8 @@ def steering_payload(request: GenerationRequest) -> str:
         "grammar": request.grammar.as_dict(),
         "readability": dataclasses.asdict(request.readability),
         "evidence": _evidence_data(request.evidence),
+        # The client measured the support: only the sentence the model may choose travels.
+        "refusal": request.offered_refusal,
     }, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -93,14 +99,27 @@ def request_from_payload(payload: object) -> GenerationRequest:
     grammar = _options(GrammarOptions, "grammar", data.get("grammar", {}))
     readability = _options(Readability, "readability", data.get("readability", {}))
     evidence = _evidence(data.get("evidence", "default"))
+    refusal = _refusal(data.get("refusal"))
     try:
         return build_request(
             data.get("question"),  # type: ignore[arg-type]
             sources, data.get("policy", "required"),
-            grammar=grammar, readability=readability, evidence=evidence,
+            grammar=grammar, readability=readability, evidence=evidence, refusal=refusal,
         )
     except InvalidInputError as error:
         raise type(error)(f"{PAYLOAD_KEY}: {error}") from None
+
+
+def _refusal(text: object) -> Refusal | None:
+    """The refusal the client offered the model (always, whatever the support), or ``None``."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InputTypeError(f"{PAYLOAD_KEY}.refusal must be null or a string, got {text!r:.60}")
+    try:
+        return Refusal(text=text, threshold=0.0, offer_below=math.inf)
+    except InvalidInputError as error:
+        raise type(error)(f"{PAYLOAD_KEY}.refusal: {error}") from None
 
 
 def _evidence_data(evidence: object) -> Any:

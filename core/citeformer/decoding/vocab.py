@@ -16,14 +16,17 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["SortedVocab", "Vocabulary"]
+__all__ = ["PunctuationRuns", "SortedVocab", "Vocabulary"]
 
 # A word as the answer's readers count it: letters, digits, apostrophes and hyphens.
 WORD = re.compile(r"[\w'-]+")
 _WORD_START = re.compile(r"([^\w'-]*)([\w'-]+)(.*)", flags=re.DOTALL)
 _QUOTE = ord('"')
+# ASCII punctuation and symbols but the marker brackets, which the grammar alone places.
+PUNCTUATION = frozenset(b"!\"#$%&'()*+,-./:;<=>?@\\^_`{|}~")
 
 
 class Vocabulary:
@@ -135,6 +138,11 @@ class Vocabulary:
         )
 
     @cached_property
+    def punctuation_runs(self) -> PunctuationRuns:
+        """Each token's runs of one ASCII punctuation character, for ``PunctuationRun``."""
+        return PunctuationRuns(self.token_bytes)
+
+    @cached_property
     def sorted(self) -> SortedVocab:
         """The token bytes sorted by prefix, for the verbatim quote guard."""
         return SortedVocab(self.token_bytes)
@@ -153,6 +161,45 @@ class Vocabulary:
                 entry = (weakref.ref(tokenizer_info), cls(tokenizer_info.decoded_vocab))
                 cls._cache[key] = entry
             return entry[1]
+
+
+class PunctuationRuns:
+    """Per token, its runs of one ASCII punctuation character (marker brackets aside).
+
+    The longest run inside it, and the character and length of the run it begins with
+    (``lead``: -1 where it begins with none).
+    """
+
+    def __init__(self, token_bytes: Sequence[bytes]) -> None:
+        longest, lead, lead_length = [], [], []
+        for raw in token_bytes:
+            best, start = 0, 0
+            for end in range(1, len(raw) + 1):
+                if end == len(raw) or raw[end] != raw[start]:
+                    if raw[start] in PUNCTUATION:
+                        best = max(best, end - start)
+                        if start == 0:
+                            lead.append(raw[0])
+                            lead_length.append(end)
+                    start = end
+            if not raw or raw[0] not in PUNCTUATION:
+                lead.append(-1)
+                lead_length.append(0)
+            longest.append(best)
+        self.longest = np.array(longest, dtype=np.int32)
+        """The longest run of one punctuation character in each token."""
+        self.lead = np.array(lead, dtype=np.int32)
+        """The punctuation byte each token begins with, or -1."""
+        self.lead_length = np.array(lead_length, dtype=np.int32)
+        """How many times the token repeats it at its start."""
+
+    def longer_than(self, limit: int) -> np.ndarray:
+        """The ids of the tokens that hold a run longer than ``limit`` themselves."""
+        return np.flatnonzero(self.longest > limit)
+
+    def extending(self, byte: int, run: int, limit: int) -> np.ndarray:
+        """The ids of the tokens that would make a run of ``run`` ``byte``s too long."""
+        return np.flatnonzero((self.lead == byte) & (self.lead_length > limit - run))
 
 
 class SortedVocab:

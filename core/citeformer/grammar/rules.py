@@ -261,11 +261,14 @@ def render_grammar(
     terms: Sequence[str] = (),
     *,
     bound_words: bool = True,
+    refusal: str | None = None,
 ) -> str:
     """``build_grammar`` for arguments already checked (a ``GenerationRequest``'s).
 
     ``bound_words=False``: ``REQUIRED`` words of any length, for a matcher whose bitmask
-    ``citeformer.decoding.word_bound.WordBound`` bounds (much faster to fill).
+    ``citeformer.decoding.word_bound.WordBound`` bounds (much faster to fill). ``refusal``: a
+    sentence the grammar also allows as the whole answer (``with_refusal``; ``REQUIRED`` only,
+    the other policies' grammars already allow a sentence without markers or quotes).
     """
     check_positive_int("n_sources", n_sources)
     check_marker_slots(n_sources, options.max_group)
@@ -286,7 +289,19 @@ def render_grammar(
         body = _quotes_only_body(options.max_quote_chars)
     else:
         body = _auto_body()
+    if refusal is not None and policy is Policy.REQUIRED:
+        body = with_refusal(body, refusal)
     return f"{body}\n{_cite_group_rules(n_sources, options.max_group)}"
+
+
+def with_refusal(body: str, refusal: str) -> str:
+    """A grammar whose root is ``body``'s root or, as the whole answer, the ``refusal`` text."""
+    if any(c in refusal for c in '"[]\n\r'):
+        raise InvalidInputError(
+            f"a refusal sentence holds no double quote, bracket or line break, got {refusal!r}"
+        )
+    literal = refusal.replace("\\", "\\\\")
+    return f'root ::= answer | "{literal}"\nanswer ::= {body[len("root ::= "):]}'
 
 
 def marker_grammar(n_sources: int, max_group: int = DEFAULT_MAX_GROUP) -> str:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from citeformer.answers import WholeAnswer
 from citeformer.decoding.payload import HANDSHAKE, HANDSHAKE_REPLY, PAYLOAD_KEY
 from citeformer.errors import InvalidInputError, ServerResponseError
 from citeformer.request import DEFAULT_POLICY, GenerationRequest, SourceLike, build_request
@@ -326,7 +327,7 @@ class ServerGenerator:
     def stream(
         self, question: str, sources: Sequence[SourceLike], policy: Policy | str = DEFAULT_POLICY,
         **options: Unpack[GenerationOptions],
-    ) -> ServerAnswerStream:
+    ) -> ServerAnswerStream | WholeAnswer:
         """Like ``generate``, but an iterator of text chunks as the server sends them (SSE).
 
         As with ``CiteGenerator.stream``, a marker is held back until its ``]`` arrives and the
@@ -341,12 +342,17 @@ class ServerGenerator:
     def astream(
         self, question: str, sources: Sequence[SourceLike], policy: Policy | str = DEFAULT_POLICY,
         **options: Unpack[GenerationOptions],
-    ) -> AsyncServerAnswerStream:
+    ) -> AsyncServerAnswerStream | WholeAnswer:
         """Async ``stream``: ``async for chunk in gen.astream(...)``, then ``.answer``."""
         return self.aanswer_stream(build_request(question, sources, policy, **options))
 
     def answer(self, request: GenerationRequest) -> CitedAnswer:
-        """The answer to a checked request (what ``generate`` runs)."""
+        """The answer to a checked request (what ``generate`` runs).
+
+        A request the sources cannot answer (``GenerationRequest.refused``) sends nothing.
+        """
+        if (refused := request.refused()) is not None:
+            return refused
         call = self._call(request, stream=False, steered=self._steered(request))
         deadline = self._start()
         response = self._transport.post(call.path, call.body, deadline)
@@ -354,6 +360,8 @@ class ServerGenerator:
 
     async def aanswer(self, request: GenerationRequest) -> CitedAnswer:
         """Async ``answer``."""
+        if (refused := request.refused()) is not None:
+            return refused
         steered = request.constrained and await self.asteers()
         call = self._call(request, stream=False, steered=steered)
         deadline = self._start()
@@ -362,13 +370,22 @@ class ServerGenerator:
             body = await self._transport.aread(response, deadline, body_limit(call))
         return completed(call, body)
 
-    def answer_stream(self, request: GenerationRequest) -> ServerAnswerStream:
-        """A stream of the answer to a checked request (what ``stream`` returns)."""
+    def answer_stream(self, request: GenerationRequest) -> ServerAnswerStream | WholeAnswer:
+        """A stream of the answer to a checked request (what ``stream`` returns).
+
+        A refusal, which sends nothing, is one chunk.
+        """
+        if (refused := request.refused()) is not None:
+            return WholeAnswer(refused)
         call = self._call(request, stream=True, steered=self._steered(request))
         return ServerAnswerStream(self._transport, call, self.deadline)
 
-    def aanswer_stream(self, request: GenerationRequest) -> AsyncServerAnswerStream:
+    def aanswer_stream(
+        self, request: GenerationRequest
+    ) -> AsyncServerAnswerStream | WholeAnswer:
         """Async ``answer_stream`` (the first steered call asks the server, as ``steers``)."""
+        if (refused := request.refused()) is not None:
+            return WholeAnswer(refused)
         call = self._call(request, stream=True, steered=self._steered(request))
         return AsyncServerAnswerStream(self._transport, call, self.deadline)
 

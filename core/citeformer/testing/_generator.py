@@ -38,6 +38,10 @@ class FakeGenerator:
     does (a marker only once its ``]`` has arrived), and their chunks join to ``answer.text``.
     Token counts are counted in pieces and, for the prompt, in words.
 
+    It answers every request from its script and measures no support: a script that writes the
+    request's refusal sentence (``request.refusal.text``) gives an answer with ``abstained``
+    true, standing in for a refused one.
+
     Instantiate::
 
         from citeformer.testing import FakeGenerator

@@ -16,6 +16,7 @@ from citeformer.decoding.levers import (
     Lever,
     NumberCopy,
     PeriodAfterMarker,
+    PunctuationRun,
     RepeatBlock,
     WordRepeatBlock,
     WrapUp,
@@ -157,6 +158,41 @@ def test_repeat_block_spares_markers_and_keeps_one_token() -> None:
     scores[0, TOKEN[" the"]] = 1.0
     out = feed(only, (" is", " the", " is"), scores)
     assert out[TOKEN[" the"]] == 1.0  # the only token left is kept
+
+
+MARKUP = [b"<eos>", b"The", b" assert", b" *", b"*", b"**", b"****", b"...", b".", b" ", b"-"]
+MARKUP_TOKENS = Vocabulary(MARKUP)
+
+
+def punctuation_blocked(answer: tuple[str, ...], limit: int = 3) -> set[str]:
+    out = torch.zeros(1, len(MARKUP))
+    PunctuationRun(MARKUP_TOKENS, limit).apply(state_of(answer, MARKUP_TOKENS), out, None)
+    return {MARKUP[i].decode() for i, v in enumerate(out[0].tolist()) if v == NEG}
+
+
+def test_punctuation_run_blocks_a_run_past_its_limit_only() -> None:
+    assert punctuation_blocked(("The",)) == {"****"}  # too long wherever it goes
+    assert punctuation_blocked(("The", " *")) == {"****"}  # " *" + "**" is "***", fine
+    assert punctuation_blocked(("The", " *", "*")) == {"****", "**"}  # "**" would make four
+    assert punctuation_blocked(("The", " *", "**")) == {"****", "**", "*"}
+    assert punctuation_blocked(("The", " *", "*", " ")) == {"****"}  # a space ends the run
+    assert punctuation_blocked(("The", "-")) == {"****"}  # another character is another run
+    assert punctuation_blocked(("The", "...")) == {"****", ".", "..."}  # "..." is, "...." not
+    assert punctuation_blocked(("The",), limit=4) == set()  # "****" is four, not more
+    assert punctuation_blocked(("The", " *"), limit=4) == {"****"}  # " *" + "****" is five
+
+
+def test_punctuation_run_keeps_one_token_and_turns_off() -> None:
+    scores = torch.full((1, len(MARKUP)), NEG)
+    scores[0, MARKUP.index(b"****")] = 1.0
+    PunctuationRun(MARKUP_TOKENS, 3).apply(state_of(("The",), MARKUP_TOKENS), scores, None)
+    assert scores[0, MARKUP.index(b"****")] == 1.0  # the only token left is kept
+    request = build_request("q", ["s"], readability=Readability(max_punctuation_run=0))
+    assert not any(isinstance(lever, PunctuationRun)
+                   for lever in levers_for(request, MARKUP_TOKENS, [0], None))
+    default = build_request("q", ["s"])
+    assert any(isinstance(lever, PunctuationRun)
+               for lever in levers_for(default, MARKUP_TOKENS, [0], None))
 
 
 WORDS = [
@@ -305,7 +341,7 @@ def test_levers_of_a_request_in_the_order_they_act() -> None:
     levers = levers_for(request, TOKENS, [0], LexicalEvidence())
     assert [type(lever).__name__ for lever in levers] == [
         "EndIntent", "CiteAfterWord", "PeriodAfterMarker", "NumberCopy", "RepeatBlock",
-        "WordRepeatBlock", "WrapUp", "EndBias", "EvidenceBias",
+        "WordRepeatBlock", "PunctuationRun", "WrapUp", "EndBias", "EvidenceBias",
     ]
     assert [type(lever).__name__ for lever in levers_for(request, TOKENS, [0], None)][-1] == (
         "EndBias"
@@ -326,6 +362,7 @@ def test_levers_of_a_request_in_the_order_they_act() -> None:
         ({"cite_after_punctuation": "no"}, "cite_after_punctuation must be True or False"),
         ({"period_after_marker": None}, "period_after_marker must be True or False"),
         ({"wrap_up_words": -1}, "wrap_up_words must be an int >= 0"),
+        ({"max_punctuation_run": 2.5}, "max_punctuation_run must be an int >= 0"),
     ],
 )
 def test_bad_settings_are_named(options: dict[str, object], message: str) -> None:

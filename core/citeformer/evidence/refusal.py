@@ -1,0 +1,171 @@
+"""Grounded refusal: answering "the sources do not answer this" when they do not.
+
+Before anything is generated, the question is weighed against its sources (``Refusal.support``):
+
+- support below ``threshold``: the answer is the refusal sentence, with no marker, and the model
+  is not run;
+- support in ``[threshold, offer_below)``: the grammar allows the refusal sentence as a whole
+  answer beside a cited one, the prompt tells the model so, and the model chooses;
+- above: the model answers, citing.
+
+Two measures of support, each the best over the sources:
+
+- ``"lexical"`` (the default, no dependency): the share of the question's content words
+  (``content_words``) that one source (title and text) holds;
+- ``"embedding"``: the largest cosine between the question and one source under all-MiniLM-L6-v2
+  (``citeformer[retrieval]``).
+
+The default thresholds were chosen on the dev split of both labeled sets for no false refusal,
+and measured on their test splits (``benchmarks/refusal_signals.py``; benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.evidence.scoring import content_words
+from citeformer.types import Source
+
+__all__ = [
+    "DEFAULT_REFUSAL_TEXT",
+    "DEFAULT_THRESHOLDS",
+    "SUPPORT_MEASURES",
+    "Band",
+    "Refusal",
+    "embedding_support",
+    "lexical_support",
+]
+
+DEFAULT_REFUSAL_TEXT = "The sources do not answer this question."
+DEFAULT_THRESHOLDS = {"lexical": 0.3, "embedding": 0.45}
+"""Each measure's default ``threshold``: the largest that refused no answerable question of the
+dev splits (lexical) or at most one of 39 (embedding)."""
+SUPPORT_MEASURES = tuple(DEFAULT_THRESHOLDS)
+_MAX_TEXT_CHARS = 500
+
+
+class Band(enum.Enum):
+    """What a request's support lets the answer be."""
+
+    ANSWER = "answer"
+    """A cited answer only."""
+    OFFER = "offer"
+    """A cited answer or the refusal sentence, as the model chooses."""
+    REFUSE = "refuse"
+    """The refusal sentence, without running the model."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """When an answer is the refusal sentence instead of a cited claim (``refusal=`` option).
+
+    ``refusal=None`` turns refusal off: every answer then cites (under ``REQUIRED``), whatever
+    the sources hold.
+    """
+
+    text: str = DEFAULT_REFUSAL_TEXT
+    """The refusal sentence: the whole answer when the sources do not answer (no marker)."""
+
+    support: str = "lexical"
+    """How support is measured: ``"lexical"`` or ``"embedding"`` (see the module)."""
+
+    threshold: float | None = None
+    """Support below which the answer is the refusal; ``None``: the measure's default
+    (``DEFAULT_THRESHOLDS``); 0: never without the model's choice."""
+
+    offer_below: float | None = None
+    """Support below which (and at or above ``threshold``) the model may choose the refusal;
+    ``None``: no such band. ``math.inf`` offers it to every answer not refused outright."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise InvalidInputError(f"refusal text must be a non-blank string, got {self.text!r}")
+        if len(self.text) > _MAX_TEXT_CHARS or any(c in self.text for c in '"[]\n\r'):
+            raise InvalidInputError(
+                f"refusal text must be one line of at most {_MAX_TEXT_CHARS} characters without "
+                f"brackets or double quotes (a marker or quote would cite nothing), got "
+                f"{self.text[:80]!r}"
+            )
+        if self.support not in SUPPORT_MEASURES:
+            raise InvalidInputError(
+                f"refusal support must be one of {', '.join(SUPPORT_MEASURES)}, got "
+                f"{self.support!r}"
+            )
+        for name in ("threshold", "offer_below"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InputTypeError(f"refusal {name} must be a number or None, got {value!r}")
+            if math.isnan(value) or value < 0:
+                raise InvalidInputError(f"refusal {name} must be a number >= 0, got {value!r}")
+        if self.offer_below is not None and self.offer_below < self.limit:
+            raise InvalidInputError(
+                f"refusal offer_below ({self.offer_below}) is below its threshold ({self.limit}),"
+                " so no answer could be offered the choice; raise offer_below or lower threshold"
+            )
+
+    @property
+    def limit(self) -> float:
+        """The threshold in effect (``threshold``, or the measure's default)."""
+        return DEFAULT_THRESHOLDS[self.support] if self.threshold is None else self.threshold
+
+    def score(
+        self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]] = ()
+    ) -> float:
+        """How well the best of ``sources`` supports ``question``, by ``support``.
+
+        A follow-up is weighed with the user's turn before it as well, and the better of the
+        two counts (``"When was it built?"`` after a question naming the tower).
+        """
+        measure = lexical_support if self.support == "lexical" else embedding_support
+        asked = [question]
+        earlier = [text for role, text in history if role == "user"]
+        if earlier:
+            asked.append(f"{earlier[-1]} {question}")
+        return max(measure(text, sources) for text in asked)
+
+    def band(
+        self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]] = ()
+    ) -> Band:
+        """What the support of ``question`` by ``sources`` lets the answer be."""
+        limit, offer = self.limit, self.offer_below
+        if limit == 0 and offer is None:
+            return Band.ANSWER  # nothing to measure
+        support = self.score(question, sources, history)
+        if support < limit:
+            return Band.REFUSE
+        if offer is not None and support < offer:
+            return Band.OFFER
+        return Band.ANSWER
+
+    def instruction(self) -> str:
+        """What the prompt adds when the model may choose the refusal."""
+        return f" If the sources do not answer the question, write only: {self.text}"
+
+
+def lexical_support(question: str, sources: Sequence[Source]) -> float:
+    """The largest share of the question's content words one source (title and text) holds.
+
+    1.0 for a question without content words (nothing to weigh).
+    """
+    words = set(content_words(question))
+    if not words:
+        return 1.0
+    return max(
+        len(words & set(content_words(f"{s.title or ''} {s.text}"))) / len(words)
+        for s in sources
+    )
+
+
+def embedding_support(question: str, sources: Sequence[Source]) -> float:
+    """The largest cosine between the question and one source (all-MiniLM-L6-v2)."""
+    from citeformer.evidence.embeddings import embed
+
+    texts = [f"{s.title}: {s.text}" if s.title else s.text for s in sources]
+    query, *vectors = embed([question, *texts])
+    return max(sum(a * b for a, b in zip(query, v, strict=True)) for v in vectors)

@@ -1,0 +1,167 @@
+"""Grounded refusal: the support measures, the bands, and what a request does in each."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import xgrammar as xgr
+from xgrammar.testing import _is_grammar_accept_string
+
+from citeformer import InputTypeError, InvalidInputError, Policy, Refusal, Source, build_request
+from citeformer.decoding.payload import request_from_payload, steering_payload
+from citeformer.evidence.refusal import (
+    DEFAULT_REFUSAL_TEXT,
+    DEFAULT_THRESHOLDS,
+    Band,
+    lexical_support,
+)
+from citeformer.grammar.rules import render_grammar
+
+TOWER = [
+    Source("The Eiffel Tower was completed on 31 March 1889.", title="Eiffel Tower"),
+    Source("Honey bees communicate with a waggle dance."),
+]
+ANSWERED = "When was the Eiffel Tower completed?"
+OFF_TOPIC = "What is the capital of Peru?"
+OFFERED = Refusal(threshold=0.1, offer_below=math.inf)
+
+
+def accepts(grammar: str, text: str) -> bool:
+    return bool(_is_grammar_accept_string(xgr.Grammar.from_ebnf(grammar), text))
+
+
+# -- support -------------------------------------------------------------------------------------
+
+
+def test_lexical_support_is_the_best_sources_share_of_the_questions_content_words() -> None:
+    assert lexical_support(ANSWERED, TOWER) == 1.0  # eiffel, tower, completed: all in source 1
+    assert lexical_support(OFF_TOPIC, TOWER) == 0.0  # capital, peru: in neither
+    assert lexical_support("Who designed the tower in Peru?", TOWER) == pytest.approx(1 / 3)
+    assert lexical_support("What is it?", TOWER) == 1.0  # nothing to weigh: never refused
+
+
+def test_the_title_counts_as_the_sources_words() -> None:
+    source = Source("It was completed in 1889.", title="Eiffel Tower")
+    assert lexical_support("When was the Eiffel Tower completed?", [source]) == 1.0
+    assert lexical_support("When was the Eiffel Tower completed?", [Source(source.text)]) < 0.5
+
+
+def test_the_bands() -> None:
+    assert Refusal().band(OFF_TOPIC, TOWER) is Band.REFUSE
+    assert Refusal().band(ANSWERED, TOWER) is Band.ANSWER
+    assert OFFERED.band(ANSWERED, TOWER) is Band.OFFER
+    assert OFFERED.band(OFF_TOPIC, TOWER) is Band.REFUSE
+    assert Refusal(threshold=0).band(OFF_TOPIC, TOWER) is Band.ANSWER  # 0: never refused
+    assert Refusal(threshold=0, offer_below=0.5).band(OFF_TOPIC, TOWER) is Band.OFFER
+
+
+def test_a_follow_up_is_weighed_with_the_users_turn_before_it() -> None:
+    history = [("user", "Tell me about the Eiffel Tower."), ("assistant", "It is in Paris [1].")]
+    assert Refusal().band("When was it completed?", TOWER) is Band.ANSWER  # "completed" is there
+    assert Refusal().band("And its height?", TOWER) is Band.REFUSE
+    assert Refusal(threshold=0.4).band("And its height in meters?", TOWER) is Band.REFUSE
+    assert Refusal(threshold=0.4).band("And its height in meters?", TOWER, history) is Band.ANSWER
+
+
+def test_the_default_threshold_is_the_measures() -> None:
+    assert Refusal().limit == DEFAULT_THRESHOLDS["lexical"]
+    assert Refusal(support="embedding").limit == DEFAULT_THRESHOLDS["embedding"]
+    assert Refusal(threshold=0.7).limit == 0.7
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"text": "  "}, InvalidInputError, "non-blank string, got '  '"),
+    ({"text": 3}, InvalidInputError, "non-blank string, got 3"),
+    ({"text": "None [1]."}, InvalidInputError, "without brackets or double quotes"),
+    ({"text": 'Say "no".'}, InvalidInputError, "without brackets or double quotes"),
+    ({"text": "Two\nlines."}, InvalidInputError, "one line"),
+    ({"text": "x" * 501}, InvalidInputError, "at most 500 characters"),
+    ({"support": "bm25"}, InvalidInputError, "one of lexical, embedding, got 'bm25'"),
+    ({"threshold": -0.1}, InvalidInputError, "threshold must be a number >= 0, got -0.1"),
+    ({"threshold": math.nan}, InvalidInputError, "threshold must be a number >= 0, got nan"),
+    ({"threshold": True}, InputTypeError, "threshold must be a number or None, got True"),
+    ({"offer_below": "high"}, InputTypeError, "offer_below must be a number or None"),
+    ({"threshold": 0.5, "offer_below": 0.2}, InvalidInputError, r"offer_below \(0.2\) is below"),
+])
+def test_a_bad_refusal_names_the_value(options, error, message) -> None:
+    with pytest.raises(error, match=message):
+        Refusal(**options)
+
+
+# -- a request in each band --------------------------------------------------------------------
+
+
+def test_a_request_the_sources_do_not_answer_is_refused_without_a_model() -> None:
+    request = build_request(OFF_TOPIC, TOWER)
+    assert request.refusal_band is Band.REFUSE
+    answer = request.refused()
+    assert answer is not None and answer.abstained
+    assert answer.text == DEFAULT_REFUSAL_TEXT and answer.citations == ()
+    assert (answer.finish_reason, answer.generated_tokens) == ("stop", 0)
+    assert answer.to_dict()["abstained"] is True
+    assert request.abstains(DEFAULT_REFUSAL_TEXT) and not request.abstains("Lima [1].")
+
+
+def test_refusal_none_and_an_unconstrained_request_always_answer() -> None:
+    for request in (build_request(OFF_TOPIC, TOWER, refusal=None),
+                    build_request(OFF_TOPIC, TOWER, constrained=False)):
+        assert request.refusal_band is Band.ANSWER and request.refused() is None
+    assert not build_request(OFF_TOPIC, TOWER, refusal=None).abstains(DEFAULT_REFUSAL_TEXT)
+
+
+def test_an_answered_request_has_neither_the_sentence_in_its_grammar_nor_its_prompt() -> None:
+    request = build_request(ANSWERED, TOWER)
+    assert request.refusal_band is Band.ANSWER and request.refused() is None
+    assert DEFAULT_REFUSAL_TEXT not in request.grammar_text(spell_quotes=False)
+    assert DEFAULT_REFUSAL_TEXT not in str(request.messages())
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_offered_the_refusal_the_grammar_takes_it_as_the_whole_answer(policy) -> None:
+    request = build_request(ANSWERED, TOWER, policy, refusal=OFFERED)
+    assert request.offered_refusal == DEFAULT_REFUSAL_TEXT and request.refused() is None
+    grammar = request.grammar_text(spell_quotes=False)
+    assert accepts(grammar, DEFAULT_REFUSAL_TEXT)
+    assert not accepts(grammar, "It was completed [3].")  # still no missing source
+    system = request.messages()[0]["content"]
+    assert system.endswith(f"write only: {DEFAULT_REFUSAL_TEXT}")
+
+
+def test_under_required_only_the_exact_sentence_goes_uncited() -> None:
+    grammar = build_request(ANSWERED, TOWER, refusal=OFFERED).grammar_text(spell_quotes=False)
+    assert not accepts(grammar, "The sources do not answer this.")
+    assert not accepts(grammar, f"{DEFAULT_REFUSAL_TEXT} It was 1889 [1].")
+    assert accepts(grammar, "It was completed in 1889 [1].")
+    plain = build_request(ANSWERED, TOWER, refusal=None).grammar_text(spell_quotes=False)
+    assert not accepts(plain, DEFAULT_REFUSAL_TEXT)
+
+
+def test_a_custom_sentence_is_the_one_allowed() -> None:
+    refusal = Refusal(text="Not in the documents.", threshold=0.1, offer_below=math.inf)
+    request = build_request(ANSWERED, TOWER, refusal=refusal)
+    assert accepts(request.grammar_text(spell_quotes=False), "Not in the documents.")
+    assert build_request(OFF_TOPIC, TOWER, refusal=refusal).refused().text == refusal.text
+
+
+def test_render_grammar_rejects_a_sentence_that_breaks_it() -> None:
+    with pytest.raises(InvalidInputError, match="refusal"):
+        render_grammar(2, Policy.REQUIRED, build_request(ANSWERED, TOWER).grammar,
+                       refusal='a "quoted" one')
+
+
+def test_a_refusal_that_is_not_one_is_a_type_error() -> None:
+    with pytest.raises(InputTypeError, match="refusal must be a .*Refusal or None, got str"):
+        build_request(ANSWERED, TOWER, refusal="no")
+
+
+def test_a_server_gets_the_offered_sentence_in_the_payload_and_nothing_else() -> None:
+    offered = build_request(ANSWERED, TOWER, refusal=OFFERED)
+    served = request_from_payload(steering_payload(offered))
+    assert served.offered_refusal == DEFAULT_REFUSAL_TEXT
+    assert served.grammar_text(spell_quotes=False) == offered.grammar_text(spell_quotes=False)
+    plain = request_from_payload(steering_payload(build_request(ANSWERED, TOWER)))
+    assert plain.refusal is None and plain.offered_refusal is None
+    with pytest.raises(InputTypeError, match="refusal must be null or a string, got 3"):
+        request_from_payload(steering_payload(offered).replace(
+            f'"refusal":"{DEFAULT_REFUSAL_TEXT}"', '"refusal":3'))

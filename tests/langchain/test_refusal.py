@@ -1,0 +1,43 @@
+"""The runnable's grounded refusal: ``abstained`` on the answer, ``refusal=`` to set or drop it."""
+
+from __future__ import annotations
+
+from citeformer import Refusal
+from citeformer.testing import FakeGenerator, FakeServer
+from citeformer_langchain import CitationRunnable
+from tests.langchain.common import DOCS, ask
+
+REFUSAL = "The sources do not answer this question."
+
+
+def test_a_question_the_documents_do_not_answer_is_refused_and_the_server_not_asked() -> None:
+    server = FakeServer()
+    answer = CitationRunnable(generator=server.generator()).invoke(ask("Population of Peru?"))
+    assert answer.abstained and answer.text == REFUSAL and answer.citations == []
+    assert answer.documents == DOCS and server.requests == []
+
+
+def test_a_stream_of_a_refusal_adds_up_to_the_refused_answer() -> None:
+    cite = CitationRunnable(generator=FakeServer().generator())
+    chunks = list(cite.stream(ask("Population of Peru?")))
+    total = chunks[0]
+    for chunk in chunks[1:]:
+        total = total + chunk
+    assert total.abstained and total.text == REFUSAL
+
+
+def test_refusal_none_answers_every_question() -> None:
+    server = FakeServer()
+    cite = CitationRunnable(generator=server.generator(), refusal=None)
+    answer = cite.invoke(ask("Population of Peru?"))
+    assert not answer.abstained and answer.citations and len(server.requests) == 1
+
+
+def test_a_custom_refusal_reaches_the_request_and_its_text_is_abstained() -> None:
+    refusal = Refusal(text="Not in the documents.", threshold=0.9)
+    fake = FakeGenerator(lambda request: request.refusal.text)
+    answer = CitationRunnable(generator=fake, refusal=refusal).invoke(ask("Capital of France?"))
+    assert fake.requests[-1].refusal is refusal
+    assert answer.abstained and answer.text == "Not in the documents."  # the script wrote it
+    answered = CitationRunnable(generator=FakeGenerator()).invoke(ask("Capital of France?"))
+    assert not answered.abstained

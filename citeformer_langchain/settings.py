@@ -13,9 +13,9 @@ from typing_extensions import Self
 
 from citeformer.errors import InputTypeError
 from citeformer.evidence import Evidence
+from citeformer.evidence.refusal import Refusal
 from citeformer.grammar import GrammarOptions
 from citeformer.integration import EmptySources, setting_names, settings_template
-from citeformer.evidence.refusal import Refusal
 from citeformer.readability import Readability
 from citeformer.request import (
     DEFAULT_MAX_NEW_TOKENS,

@@ -187,9 +187,10 @@ class CitationSynthesizer(CitingSynthesizer):
         options) and the generation options (``citeformer.GenerationOptions``: ``max_new_tokens``,
         ``do_sample``, ``temperature``, ``seed``, ``evidence``, ``constrained``,
         ``readability``, ``refusal``, a grammar option by its name) go to every generation; they
-        are checked here, once. ``evidence="default"`` leaves it to the generator (``"lexical"`` in this
-        process, none on a server). ``instructions`` (a str or a prompt template) replaces the
-        policy's system instructions (also settable later as the ``"instructions"`` prompt).
+        are checked here, once. ``evidence="default"`` leaves it to the generator
+        (``"lexical"`` in this process, none on a server). ``instructions`` (a str or a prompt
+        template) replaces the policy's system instructions (also settable later as the
+        ``"instructions"`` prompt).
         ``citation_chunk_size`` (in the generator's tokens) re-splits every node into chunks
         of at most that size, each its own source node (see ``CitationChunker``);
         ``text_splitter`` replaces the default ``SentenceSplitter`` for that.

@@ -321,7 +321,8 @@ def test_evidence_default_reaches_a_server_unasked() -> None:
     response = synth(FakeServer().generator()).synthesize("Who built the tower?", nodes())
     assert_lined_up(response)
     with pytest.raises(InvalidInputError, match="evidence="):
-        synth(FakeServer().generator(), evidence="lexical").synthesize("Who built the tower?", nodes())
+        synth(FakeServer().generator(), evidence="lexical").synthesize(
+            "Who built the tower?", nodes())
 
 
 # -- async and streaming --------------------------------------------------------------------

@@ -190,10 +190,9 @@ class CitationSynthesizer(CitingSynthesizer):
         are checked here, once. ``evidence="default"`` leaves it to the generator
         (``"lexical"`` in this process, none on a server). ``instructions`` (a str or a prompt
         template) replaces the policy's system instructions (also settable later as the
-        ``"instructions"`` prompt).
-        ``citation_chunk_size`` (in the generator's tokens) re-splits every node into chunks
-        of at most that size, each its own source node (see ``CitationChunker``);
-        ``text_splitter`` replaces the default ``SentenceSplitter`` for that.
+        ``"instructions"`` prompt). ``citation_chunk_size`` (in the generator's tokens)
+        re-splits every node into chunks of at most that size, each its own source node (see
+        ``CitationChunker``); ``text_splitter`` replaces the default ``SentenceSplitter``.
         ``metadata_mode`` says which node metadata the model reads with the text (default:
         none); the first of ``title_keys`` with a non-blank value in a node's metadata is shown
         as its title. ``empty_sources`` says what a node with blank text does: ``"drop"``

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from citeformer.errors import InputTypeError, InvalidInputError
 from citeformer.evidence.scoring import content_words
+from citeformer.grammar.rules import REFUSAL_FORBIDDEN
 from citeformer.types import Source
 
 __all__ = [
@@ -84,7 +85,7 @@ class Refusal:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text.strip():
             raise InvalidInputError(f"refusal text must be a non-blank string, got {self.text!r}")
-        if len(self.text) > _MAX_TEXT_CHARS or any(c in self.text for c in '"[]\n\r'):
+        if len(self.text) > _MAX_TEXT_CHARS or any(c in self.text for c in REFUSAL_FORBIDDEN):
             raise InvalidInputError(
                 f"refusal text must be one line of at most {_MAX_TEXT_CHARS} characters without "
                 f"brackets or double quotes (a marker or quote would cite nothing), got "

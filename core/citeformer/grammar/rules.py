@@ -294,9 +294,13 @@ def render_grammar(
     return f"{body}\n{_cite_group_rules(n_sources, options.max_group)}"
 
 
+REFUSAL_FORBIDDEN = '"[]\n\r'
+"""What a refusal sentence never holds: it would end the grammar's literal or write a marker."""
+
+
 def with_refusal(body: str, refusal: str) -> str:
     """A grammar whose root is ``body``'s root or, as the whole answer, the ``refusal`` text."""
-    if any(c in refusal for c in '"[]\n\r'):
+    if any(c in refusal for c in REFUSAL_FORBIDDEN):
         raise InvalidInputError(
             f"a refusal sentence holds no double quote, bracket or line break, got {refusal!r}"
         )

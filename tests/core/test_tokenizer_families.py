@@ -1,5 +1,6 @@
 """The guarantee under an adversary: random-weight models that crave brackets and digits, sampling
-at temperature 1, on real tokenizers of three families."""
+at temperature 1, on real tokenizers of three families. The questions are hostile, not
+off-topic, and refusal is off: the model runs on every call."""
 
 from __future__ import annotations
 
@@ -61,9 +62,10 @@ def test_sampled_quotes_are_verbatim(quote_adversary: CiteGenerator, min_quote_c
         answer = quote_adversary.generate(
             'Quote "Paris is in Spain" [2] and cite it as [7].', QUOTED_SOURCES,
             Policy.QUOTES_ONLY, max_new_tokens=150, do_sample=True, seed=seed,
-            min_quote_chars=min_quote_chars,
+            min_quote_chars=min_quote_chars, refusal=None,
         )
         seed += 1
+        assert answer.generated_tokens > 0, answer.text  # the model ran: no refusal, no spin
         sampled += answer.generated_tokens
         assert scan_markers(answer.text, 3).fabricated == 0, answer.text
         spans = list(re.finditer(r'"([^"]*)"( ?)\[(\d+)\]', answer.text))
@@ -90,9 +92,10 @@ def test_sampled_markers_never_leave_range(
     while sampled < TOKENS_PER_CASE:
         answer = adversary.generate(
             QUESTION, sources, policy, max_new_tokens=200, do_sample=True, temperature=1.0,
-            seed=seed,
+            seed=seed, refusal=None,
         )
         seed += 1
+        assert answer.generated_tokens > 0, answer.text
         sampled += answer.generated_tokens
         scan = scan_markers(answer.text, n_sources)
         assert scan.fabricated == 0, answer.text
@@ -129,7 +132,8 @@ def test_required_sentences_of_adversary_parse_with_the_grammar(adversary: CiteG
     checked = 0
     for seed in range(4):
         answer = adversary.generate(
-            QUESTION, SOURCES, Policy.REQUIRED, max_new_tokens=100, do_sample=True, seed=seed
+            QUESTION, SOURCES, Policy.REQUIRED, max_new_tokens=100, do_sample=True, seed=seed,
+            refusal=None,
         )
         complete = re.match(r"^(.*\][.!?])", answer.text.strip(), re.DOTALL)
         if complete:
@@ -151,7 +155,7 @@ def test_sampled_batch_rows_stay_valid(quote_adversary: CiteGenerator) -> None:
     pool = QUOTED_SOURCES * 4
     requests = [
         build_request('Quote "Paris is in Spain" [2] and cite it as [7].', pool[:n], policy,
-                      max_new_tokens=40, do_sample=True, seed=0)
+                      max_new_tokens=40, do_sample=True, seed=0, refusal=None)
         for n, policy in BATCH_SHAPES
     ]
     answers = quote_adversary.answer_batch(requests, batch_size=len(requests))

@@ -20,6 +20,13 @@ lack the answer string), each signal scores how well the sources answer the ques
 For each set and signal: the AUC (how often an answerable question outscores an unanswerable
 one, 0.5 is chance) on the test split, and the refusal rates on the test split at the threshold
 chosen on the dev split (the highest that refuses at most 5% of dev's answerable questions).
+Then the defaults that ship (``citeformer.Refusal()`` and ``Refusal(support="embedding")``,
+thresholds ``DEFAULT_THRESHOLDS``): per set and split, the share of unanswerable questions refused,
+of answerable ones refused (false refusals), and of answerable ones refused once asked the way
+users ask (``PHRASINGS``: "According to the sources, ...", "... Cite your answer.").
+
+    python benchmarks/refusal_signals.py --signals lexical embedding --out refusal_defaults.json
+
 Results go to ``benchmarks/results/refusal_signals.json``.
 """
 
@@ -37,9 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from citebench.data import Item, load_dataset, unanswerable  # noqa: E402
 
-from citeformer import CiteGenerator, build_request  # noqa: E402
-from citeformer.evidence.embeddings import embed  # noqa: E402
-from citeformer.evidence.scoring import content_words  # noqa: E402
+from citeformer import CiteGenerator, Refusal, build_request  # noqa: E402
+from citeformer.evidence.refusal import (  # noqa: E402
+    DEFAULT_THRESHOLDS,
+    embedding_support,
+    lexical_support,
+)
 from citeformer.prompt import build_messages, default_instructions, render_prompt  # noqa: E402
 from citeformer.types import Policy  # noqa: E402
 
@@ -48,18 +58,45 @@ REFUSAL = "The sources do not answer this question."
 OFFER = f" If the sources do not answer the question, write only: {REFUSAL}"
 SIGNALS = ("lexical", "embedding", "refusal_logprob", "refusal_first")
 MAX_FALSE_REFUSALS = 0.05
+PHRASINGS = (
+    "According to the sources, {question}",
+    "{question} Cite your answer.",
+    "Please answer briefly and quote the passage that says it: {question}",
+)
+"""How users wrap a question; an answerable question stays answerable whatever the wrapping."""
 
 
 def lexical(item: Item) -> float:
-    words = set(content_words(item.question))
-    if not words:
-        return 0.0
-    return max(len(words & set(content_words(p.text))) / len(words) for p in item.passages)
+    return lexical_support(item.question, item.sources())
 
 
 def embedding(item: Item) -> float:
-    question, *passages = embed([item.question, *(p.text for p in item.passages)])
-    return max(sum(a * b for a, b in zip(question, p, strict=True)) for p in passages)
+    return embedding_support(item.question, item.sources())
+
+
+def defaults_table(items: list[Item]) -> dict[str, Any]:
+    """The shipped defaults per measure and split: refused unanswerable, answerable, phrased."""
+    table: dict[str, Any] = {}
+    negatives = unanswerable(items)
+    for support in DEFAULT_THRESHOLDS:
+        refusal = Refusal(support=support)
+
+        def refused(group: list[Item], phrasing: str = "{question}",
+                    refusal: Refusal = refusal) -> float:
+            hits = [refusal.score(phrasing.format(question=i.question), i.sources()) < refusal.limit
+                    for i in group]
+            return round(sum(hits) / len(hits), 3)
+
+        table[support] = {"threshold": refusal.limit}
+        for split in ("dev", "test"):
+            answerable = [i for i in items if i.split == split]
+            table[support][split] = {
+                "refused_unanswerable": refused([i for i in negatives if i.split == split]),
+                "refused_answerable": refused(answerable),
+                "refused_answerable_phrased": max(refused(answerable, p) for p in PHRASINGS),
+                "n": len(answerable),
+            }
+    return table
 
 
 def refusal_scores(generator: CiteGenerator, item: Item) -> tuple[float, float]:
@@ -110,29 +147,38 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", help="the embedded model's dtype")
     parser.add_argument("--generate", action="store_true",
                         help="also generate the answers of both splits (slow) for answer_support")
+    parser.add_argument("--signals", nargs="+", choices=SIGNALS, default=list(SIGNALS),
+                        help="the signals to measure (the refusal_* ones load the model)")
+    parser.add_argument("--out", default=RESULTS.name, help="file name under benchmarks/results")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
-    generator = CiteGenerator.default(progress=False, dtype=args.dtype)
+    logprobs = any(s.startswith("refusal_") for s in args.signals)
+    needs_model = args.generate or logprobs
+    generator = CiteGenerator.default(progress=False, dtype=args.dtype) if needs_model else None
     report: dict[str, Any] = {"refusal": REFUSAL, "offer": OFFER, "sets": {}}
     started = time.perf_counter()
     for name in ("encyclopedic", "technical"):
         items = load_dataset(name)
         rows = []
         for kind, group in (("answerable", items), ("unanswerable", unanswerable(items))):
-            supports = answer_supports(generator, group) if args.generate else None
+            supports = answer_supports(generator, group) if generator and args.generate else None
             for position, item in enumerate(group):
-                logprob, first = refusal_scores(generator, item)
-                row = {"id": item.id, "split": item.split, "kind": kind,
-                       "lexical": lexical(item), "embedding": embedding(item),
-                       "refusal_logprob": logprob, "refusal_first": first}
+                row = {"id": item.id, "split": item.split, "kind": kind}
+                if "lexical" in args.signals:
+                    row["lexical"] = lexical(item)
+                if "embedding" in args.signals:
+                    row["embedding"] = embedding(item)
+                if generator is not None and logprobs:
+                    row["refusal_logprob"], row["refusal_first"] = refusal_scores(generator, item)
                 if supports is not None:
                     row["answer_support"] = supports[position]
                     row["answer_embedding"] = (supports[position] + row["embedding"]) / 2
                 rows.append(row)
         table = {}
-        signals = SIGNALS + (("answer_support", "answer_embedding") if args.generate else ())
+        signals = tuple(s for s in SIGNALS if s in rows[0]) + (
+            ("answer_support", "answer_embedding") if supports is not None else ())
         for signal in signals:
             def scores(
                 split: str, kind: str, signal: str = signal, rows: list[dict[str, Any]] = rows
@@ -151,16 +197,26 @@ def main() -> None:
                     sum(s < threshold for s in test_answerable) / len(test_answerable), 3),
                 "n_test": [len(test_answerable), len(test_unanswerable)],
             }
-        report["sets"][name] = {"signals": table, "rows": rows}
+        defaults = defaults_table(items)
+        report["sets"][name] = {"signals": table, "defaults": defaults, "rows": rows}
         print(f"\n{name}: signal, AUC (test), refused unanswerable / answerable (test, "
               f"threshold from dev at <= {MAX_FALSE_REFUSALS:.0%} false refusals)")
         for signal, row in table.items():
             print(f"  {signal:16} {row['auc_test']:.3f}  {row['refused_unanswerable_test']:.2f} "
                   f"/ {row['refused_answerable_test']:.2f}")
+        print(f"{name}: the defaults, refused unanswerable / answerable / answerable as users "
+              "phrase it (worst phrasing)")
+        for support, row in defaults.items():
+            for split in ("dev", "test"):
+                cell = row[split]
+                print(f"  {support:9} < {row['threshold']:<5} {split:4} "
+                      f"{cell['refused_unanswerable']:.2f} / {cell['refused_answerable']:.2f} / "
+                      f"{cell['refused_answerable_phrased']:.2f}  (n={cell['n']})")
     report["seconds"] = round(time.perf_counter() - started, 1)
-    report["dtype"] = str(generator.model.dtype)
-    RESULTS.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    print(f"\n{report['seconds']} s; written to {RESULTS}")
+    report["dtype"] = str(generator.model.dtype) if generator is not None else None
+    out = RESULTS.parent / args.out
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(f"\n{report['seconds']} s; written to {out}")
 
 
 if __name__ == "__main__":

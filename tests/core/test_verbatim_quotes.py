@@ -44,7 +44,7 @@ def test_quotes_are_verbatim_under_a_prompt_that_asks_for_a_fake_one(
     for seed in (None, 0, 1, 2):
         answer = default_generator.generate(
             FAKE_QUOTE, SOURCES, Policy.QUOTES_ONLY, max_new_tokens=60,
-            do_sample=seed is not None, seed=seed,
+            do_sample=seed is not None, seed=seed, refusal=None,
         )
         print(seed, repr(answer.text))
         assert scan_markers(answer.text, 3).fabricated == 0
@@ -90,7 +90,8 @@ def test_a_budget_cut_inside_a_quote_drops_the_quote(default_generator: CiteGene
 
 def test_verbatim_quotes_can_be_turned_off(default_generator: CiteGenerator) -> None:
     answer = default_generator.generate(
-        FAKE_QUOTE, SOURCES, Policy.QUOTES_ONLY, max_new_tokens=40, verbatim_quotes=False
+        FAKE_QUOTE, SOURCES, Policy.QUOTES_ONLY, max_new_tokens=40, verbatim_quotes=False,
+        refusal=None,
     )
     assert answer.quotes == ()
     assert scan_markers(answer.text, 3).fabricated == 0

@@ -13,6 +13,7 @@ The evidence lever that turns scores into logits lives with the other levers, in
 """
 
 from citeformer.evidence.refusal import (
+    ASKING_WORDS,
     DEFAULT_REFUSAL_TEXT,
     DEFAULT_THRESHOLDS,
     SUPPORT_MEASURES,
@@ -20,6 +21,7 @@ from citeformer.evidence.refusal import (
     Refusal,
     embedding_support,
     lexical_support,
+    question_words,
 )
 from citeformer.evidence.scoring import (
     DEFAULT_EVIDENCE,
@@ -36,6 +38,7 @@ from citeformer.evidence.scoring import (
 from citeformer.evidence.spans import WEAK_SUPPORT, locate_evidence, with_evidence
 
 __all__ = [
+    "ASKING_WORDS",
     "DEFAULT_EVIDENCE",
     "DEFAULT_REFUSAL_TEXT",
     "DEFAULT_THRESHOLDS",
@@ -54,6 +57,7 @@ __all__ = [
     "embedding_support",
     "lexical_support",
     "locate_evidence",
+    "question_words",
     "resolve_evidence",
     "with_evidence",
 ]

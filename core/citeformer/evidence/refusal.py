@@ -11,7 +11,8 @@ Before anything is generated, the question is weighed against its sources (``Ref
 Two measures of support, each the best over the sources:
 
 - ``"lexical"`` (the default, no dependency): the share of the question's content words
-  (``content_words``) that one source (title and text) holds;
+  (``question_words``: not the words that only say how to answer, nor markers it demands) that
+  one source (title and text) holds;
 - ``"embedding"``: the largest cosine between the question and one source under all-MiniLM-L6-v2
   (``citeformer[retrieval]``).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +34,7 @@ from citeformer.grammar.rules import REFUSAL_FORBIDDEN
 from citeformer.types import Source
 
 __all__ = [
+    "ASKING_WORDS",
     "DEFAULT_REFUSAL_TEXT",
     "DEFAULT_THRESHOLDS",
     "SUPPORT_MEASURES",
@@ -39,6 +42,7 @@ __all__ = [
     "Refusal",
     "embedding_support",
     "lexical_support",
+    "question_words",
 ]
 
 DEFAULT_REFUSAL_TEXT = "The sources do not answer this question."
@@ -47,6 +51,16 @@ DEFAULT_THRESHOLDS = {"lexical": 0.3, "embedding": 0.45}
 dev splits (lexical) or at most one of 39 (embedding)."""
 SUPPORT_MEASURES = tuple(DEFAULT_THRESHOLDS)
 _MAX_TEXT_CHARS = 500
+
+# Words that say how to answer, not what about: "According to the documents, explain briefly
+# ... and cite your source [2]." is weighed by the rest. A question made only of them keeps them.
+ASKING_WORDS = frozenset({
+    "according", "answer", "answering", "briefly", "cite", "citation", "cited", "citing",
+    "context", "describe", "detail", "document", "explain", "give", "mention", "must", "passage",
+    "please", "provided", "question", "quote", "quoted", "quoting", "reference", "said", "say",
+    "says", "source", "summarize", "tell", "text", "write",
+})
+_MARKER = re.compile(r"\[[^\[\]]*\]")
 
 
 class Band(enum.Enum):
@@ -149,12 +163,23 @@ class Refusal:
         return f" If the sources do not answer the question, write only: {self.text}"
 
 
-def lexical_support(question: str, sources: Sequence[Source]) -> float:
-    """The largest share of the question's content words one source (title and text) holds.
+def question_words(question: str) -> set[str]:
+    """The content words of ``question`` that ``lexical_support`` weighs.
 
-    1.0 for a question without content words (nothing to weigh).
+    Bracketed markers (``[7]``) are left out, and so are ``ASKING_WORDS`` unless nothing else
+    is left.
     """
-    words = set(content_words(question))
+    words = set(content_words(_MARKER.sub(" ", question)))
+    return words - ASKING_WORDS or words
+
+
+def lexical_support(question: str, sources: Sequence[Source]) -> float:
+    """The largest share of the question's words (``question_words``) one source holds.
+
+    A source's words are its title's and its text's; 1.0 for a question without content words
+    (nothing to weigh).
+    """
+    words = question_words(question)
     if not words:
         return 1.0
     return max(

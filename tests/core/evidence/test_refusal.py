@@ -15,6 +15,7 @@ from citeformer.evidence.refusal import (
     DEFAULT_THRESHOLDS,
     Band,
     lexical_support,
+    question_words,
 )
 from citeformer.grammar.rules import render_grammar
 
@@ -39,6 +40,23 @@ def test_lexical_support_is_the_best_sources_share_of_the_questions_content_word
     assert lexical_support(OFF_TOPIC, TOWER) == 0.0  # capital, peru: in neither
     assert lexical_support("Who designed the tower in Peru?", TOWER) == pytest.approx(1 / 3)
     assert lexical_support("What is it?", TOWER) == 1.0  # nothing to weigh: never refused
+
+
+@pytest.mark.parametrize("asked", [
+    "According to the documents, when was the Eiffel Tower completed? Cite your source [2].",
+    "Please explain briefly, quoting the passage: when was the Eiffel Tower completed?",
+    "When was the Eiffel Tower completed? You must cite your answer as [7] and [0].",
+])
+def test_how_the_answer_is_asked_for_does_not_dilute_what_it_is_about(asked: str) -> None:
+    assert question_words(asked) == {"eiffel", "tower", "completed"}
+    assert lexical_support(asked, TOWER) == 1.0
+    assert Refusal().band(asked, TOWER) is Band.ANSWER
+
+
+def test_a_question_made_only_of_asking_words_keeps_them() -> None:
+    assert question_words("Cite the source, please.") == {"cite", "source", "please"}
+    assert Refusal().band("Cite the source, please.", TOWER) is Band.REFUSE  # neither holds them
+    assert question_words("Quote the passage [1].") == {"quote", "passage"}  # a marker is no word
 
 
 def test_the_title_counts_as_the_sources_words() -> None:

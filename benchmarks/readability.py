@@ -12,6 +12,12 @@ metrics (``citebench.metrics``); the table and every answer go to
 earlier run with the same split, policy and token budget are kept unless run again (``--fresh``
 drops them). Greedy decoding, evidence ``"lexical"`` (the default) unless the arm says otherwise,
 decoded in batches (``CiteGenerator.answer_batch``; tokens/s is then per question of a batch).
+
+``refused`` is the share of answers that are the refusal sentence (``CitedAnswer.abstained``):
+on the answerable questions, false refusals. ``--unanswerable`` also answers each question's
+unanswerable twin (``citebench.data.unanswerable``) and reports the share of those refused.
+
+    python benchmarks/readability.py --split test --arms default no-refusal --unanswerable
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from citebench.data import load_dataset  # noqa: E402
+from citebench.data import Item, load_dataset, unanswerable  # noqa: E402
 from citebench.metrics import measure, rate_text, summarize  # noqa: E402
 
 from citeformer import CiteGenerator, Policy, build_request  # noqa: E402
@@ -64,6 +70,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "lexical-weight-8": {"evidence": LexicalEvidence(weight=8)},
     "no-punctuation-run": {"readability": replace(DEFAULT, max_punctuation_run=0)},
     "off": {"readability": OFF},
+    "no-refusal": {"refusal": None},
+    "no-cite-closed": {"readability": replace(DEFAULT, cite_closed=False)},
 }
 
 COLUMNS = (
@@ -72,6 +80,7 @@ COLUMNS = (
     ("finished", "finished"), ("repetition", "repeats"), ("after_punctuation", "after ,;:("),
     ("after_dangling_word", "after the/of"), ("long_sentences", "at bound"),
     ("coverage", "coverage"), ("fragments", "fragments"), ("punctuation_runs", "runs ****"),
+    ("open_spans", "in open ( \" `"), ("abstained", "refused"),
 )
 
 
@@ -79,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--split", choices=("dev", "test"), default="dev")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=["plain", "default"])
-    parser.add_argument("--datasets", nargs="+", default=["technical", "encyclopedic"])
+    parser.add_argument("--datasets", nargs="+", default=["technical", "encyclopedic", "api"])
     parser.add_argument("--policy", default="required")
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--limit", type=int, default=None, help="questions per set (smoke run)")
@@ -89,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=8,
                         help="rows decoded together (answer_batch); greedy answers as generate's")
     parser.add_argument("--fresh", action="store_true", help="drop the arms stored before")
+    parser.add_argument("--unanswerable", action="store_true",
+                        help="also answer each question's unanswerable twin (refusal rate)")
     parser.add_argument("--out", default=None,
                         help="file written in benchmarks/results (readability_<split>.json)")
     args = parser.parse_args(argv)
@@ -105,33 +116,46 @@ def main(argv: list[str] | None = None) -> None:
     if not args.fresh and args.limit is None:
         results["sets"] = _stored_arms(out, results)
     for dataset in args.datasets:
-        items = [i for i in load_dataset(dataset) if i.split == args.split][: args.limit]
+        labeled = load_dataset(dataset)
+        items = [i for i in labeled if i.split == args.split][: args.limit]
+        # The twins of the whole set, as benchmarks/refusal_signals.py builds them.
+        twins = [i for i in unanswerable(labeled) if i.split == args.split][: args.limit]
+        twins = twins if args.unanswerable else []
         table: dict[str, Any] = results["sets"].setdefault(dataset, {})
         for arm in args.arms:
-            records = []
-            requests = [
-                build_request(item.question, item.sources(), policy,
-                              max_new_tokens=args.max_new_tokens, **ARMS[arm])
-                for item in items
-            ]
-            started = time.perf_counter()
-            answers = gen.answer_batch(requests, batch_size=args.batch_size)
-            seconds = (time.perf_counter() - started) / max(len(items), 1)
-            for item, answer in zip(items, answers, strict=True):
-                record = measure(item, answer.text, answer.finish_reason)
-                record.update(item=item.id, text=answer.text, error=None,
-                              generated_tokens=answer.generated_tokens, seconds=seconds)
-                records.append(record)
-            summary = summarize(records)
-            table[arm] = {"settings": _settings(requests[0]), "summary": summary,
-                          "records": records}
-            print(f"{dataset:12} {arm:16} " + "  ".join(
-                f"{label} {rate_text(summary[key])}" for key, label in COLUMNS
-            ) + f"  numbers-not-in-sources {summary['unsupported_numbers']}"
-              + f"  tok/s {summary['tokens_per_second'].get('median', 0):.1f}", flush=True)
+            records, summary, settings = _answer(gen, items, arm, args)
+            table[arm] = {"settings": settings, "summary": summary, "records": records}
+            line = "  ".join(f"{label} {rate_text(summary[key])}" for key, label in COLUMNS)
+            if twins:
+                twin_records, twin_summary, _ = _answer(gen, twins, arm, args)
+                table[arm]["unanswerable"] = {"summary": twin_summary, "records": twin_records}
+                line += f"  unanswerable refused {rate_text(twin_summary['abstained'])}"
+                line += f" (n={len(twins)})"
+            print(f"{dataset:12} {arm:16} {line}  numbers-not-in-sources "
+                  f"{summary['unsupported_numbers']}  tok/s "
+                  f"{summary['tokens_per_second'].get('median', 0):.1f}", flush=True)
             RESULTS.mkdir(exist_ok=True)
             out.write_text(json.dumps(results, indent=1, default=str))
     print(f"wrote {out}")
+
+
+def _answer(
+    gen: CiteGenerator, items: list[Item], arm: str, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """One arm's answers to ``items``, measured: the records, their summary, the settings."""
+    policy = Policy.coerce(args.policy)
+    requests = [build_request(item.question, item.sources(), policy,
+                              max_new_tokens=args.max_new_tokens, **ARMS[arm]) for item in items]
+    started = time.perf_counter()
+    answers = gen.answer_batch(requests, batch_size=args.batch_size)
+    seconds = (time.perf_counter() - started) / max(len(items), 1)
+    records = []
+    for item, answer in zip(items, answers, strict=True):
+        record = measure(item, answer.text, answer.finish_reason)
+        record.update(item=item.id, text=answer.text, error=None, abstained=answer.abstained,
+                      generated_tokens=answer.generated_tokens, seconds=seconds)
+        records.append(record)
+    return records, summarize(records), _settings(requests[0])
 
 
 def _settings(request: Any) -> dict[str, Any]:
@@ -142,6 +166,7 @@ def _settings(request: Any) -> dict[str, Any]:
         "evidence": repr(request.evidence),
         "sentence_ends": request.grammar.sentence_ends,
         "source_terms": request.grammar.source_terms,
+        "refusal": repr(request.refusal),
     }
 
 

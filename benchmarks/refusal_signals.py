@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from citebench.data import Item, load_dataset, unanswerable  # noqa: E402
+from citebench.data import DATASETS, Item, load_dataset, unanswerable  # noqa: E402
 
 from citeformer import CiteGenerator, Refusal, build_request  # noqa: E402
 from citeformer.evidence.refusal import (  # noqa: E402
@@ -159,7 +159,7 @@ def main() -> None:
     generator = CiteGenerator.default(progress=False, dtype=args.dtype) if needs_model else None
     report: dict[str, Any] = {"refusal": REFUSAL, "offer": OFFER, "sets": {}}
     started = time.perf_counter()
-    for name in ("encyclopedic", "technical"):
+    for name in DATASETS:
         items = load_dataset(name)
         rows = []
         for kind, group in (("answerable", items), ("unanswerable", unanswerable(items))):

@@ -37,7 +37,6 @@ import torch  # noqa: E402
 from citebench import quality, quotes, report, speed  # noqa: E402
 from citebench.data import (  # noqa: E402
     ATTACKS,
-    DATASETS,
     SPLITS,
     Item,
     adversarial_items,
@@ -76,8 +75,9 @@ class Settings:
     """Questions of this split of the labeled set only (``dev``, ``test`` or ``all``)."""
     systems: tuple[str, ...] | None = None
     """Names of the quality systems to run (None: all)."""
-    datasets: tuple[str, ...] = tuple(DATASETS)
-    """The question sets the quality section runs on, one result file each."""
+    datasets: tuple[str, ...] = tuple(report.QUALITY_FILES)
+    """The question sets the quality section runs on, one result file each (the api set is
+    measured by readability.py and refusal_signals.py)."""
 
 
 FULL = Settings(
@@ -251,7 +251,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--split", choices=("all", *SPLITS), default="all",
                         help="quality on this split of the labeled sets only (default: all); "
                              "dev is for tuning, test is held out")
-    parser.add_argument("--dataset", choices=(*DATASETS, "both"), default="both",
+    parser.add_argument("--dataset", choices=(*report.QUALITY_FILES, "both"), default="both",
                         help="the question set(s) of the quality section (default: both); "
                              "each writes its own result file")
     parser.add_argument("--max-new-tokens", type=positive_int, default=None, metavar="N",
@@ -285,7 +285,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
     settings = with_overrides(QUICK if args.quick else FULL, args.overrides)
     settings = replace(settings, split=args.split,
                        systems=tuple(args.systems) if args.systems else None,
-                       datasets=tuple(DATASETS) if args.dataset == "both" else (args.dataset,))
+                       datasets=tuple(report.QUALITY_FILES) if args.dataset == "both"
+                       else (args.dataset,))
     if args.max_new_tokens is not None:
         settings = replace(settings, max_new_tokens=args.max_new_tokens)
     return settings

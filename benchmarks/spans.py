@@ -41,7 +41,7 @@ from citeformer.evidence.spans import WEAK_SUPPORT, with_evidence  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 INPUTS = ("readability_test.json", "readability_dev.json", "quality.json")
 THRESHOLDS = (0.25, 0.3, WEAK_SUPPORT, 0.4, 0.5)
-DATASETS = {"q": "encyclopedic", "t": "technical"}
+DATASETS = {"q": "encyclopedic", "t": "technical", "a": "api"}
 """Question id prefix -> question set (``q01`` is encyclopedic, ``t01`` technical)."""
 
 

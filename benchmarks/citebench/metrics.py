@@ -45,7 +45,7 @@ COUNTS = (
     "markers", "fabricated", "out_of_range", "malformed", "precise", "sentences",
     "cited_sentences", "long_sentences", "cite_groups", "groups_after_punctuation",
     "groups_after_dangling_word", "unsupported_numbers", "claim_best", "fragments",
-    "punctuation_runs",
+    "punctuation_runs", "groups_in_open_spans",
 )
 FLAGS = (
     "correct", "stacked_markers", "cut_off", "repeated_phrase", "degenerate", "no_marker",
@@ -117,6 +117,19 @@ def groups_after_punctuation(text: str) -> int:
     """How many cite-groups of ``text`` follow ``,`` ``;`` ``:`` or ``(`` (see
     ``follows_punctuation``)."""
     return sum(follows_punctuation(text, start) for start, _ in cite_groups(text))
+
+
+def groups_inside_open_spans(text: str) -> int:
+    """How many cite-groups of ``text`` close a claim that leaves a parenthesis, a double quote
+    or a backtick span open (``... (or any other type [1].``); a claim runs from the previous
+    group or sentence end."""
+    count, start = 0, 0
+    for group_start, group_end in cite_groups(text):
+        claim = re.split(r"[.!?]\s", text[start:group_start])[-1]
+        count += (claim.count("(") > claim.count(")") or claim.count('"') % 2 == 1
+                  or claim.count("`") % 2 == 1)
+        start = group_end
+    return count
 
 
 def follows_dangling_word(text: str, start: int) -> bool:
@@ -215,6 +228,7 @@ def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
         "cite_groups": len(cite_groups(text)),
         "groups_after_punctuation": groups_after_punctuation(text),
         "groups_after_dangling_word": groups_after_dangling_word(text),
+        "groups_in_open_spans": groups_inside_open_spans(text),
         "fragments": fragments(sentences),
         "punctuation_runs": punctuation_runs(text),
         "unsupported_numbers": len(invented),
@@ -286,6 +300,8 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "correctness": rate(flag["correct"], answers),
         "no_marker": rate(flag["no_marker"], answers),
         "cites_gold": rate(flag["cites_gold"], answers),
+        # The refusal sentence instead of an answer (a record without the key did not refuse).
+        "abstained": rate(sum(bool(r.get("abstained")) for r in rows), answers),
         "finished": rate(answers - flag["cut_off"], answers),
         "stacked_markers": rate(flag["stacked_markers"], answers),
         "cut_off": rate(flag["cut_off"], answers),
@@ -296,6 +312,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "after_punctuation": rate(total["groups_after_punctuation"], total["cite_groups"]),
         "after_dangling_word": rate(total["groups_after_dangling_word"], total["cite_groups"]),
         "fragments": rate(total["fragments"], total["sentences"]),
+        "open_spans": rate(total["groups_in_open_spans"], total["cite_groups"]),
         "punctuation_runs": total["punctuation_runs"],
         "unsupported_numbers": total["unsupported_numbers"],
         "answers_with_unsupported_number": rate(

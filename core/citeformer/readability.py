@@ -67,6 +67,10 @@ class Readability:
     included), so a sentence is cited where a word ends, not mid-phrase (``..., which is [4].``),
     unless nothing else is left (the sentence bound)."""
 
+    cite_closed: bool = True
+    """A marker may not open while the claim it would cite leaves a parenthesis, a double quote
+    or a backtick span open (``... (or any other type [1].``), unless nothing else is left."""
+
     period_after_marker: bool = True
     """After a cite-group the sentence ends with ``.``, not ``!`` or ``?``, which a small model
     uses as an escape to go on writing (``... [2]! This is ...``)."""
@@ -84,7 +88,7 @@ class Readability:
     """Logits per word past the ``wrap_up_words`` threshold."""
 
     def __post_init__(self) -> None:
-        for flag in ("end_intent", "cite_after_punctuation", "period_after_marker"):
+        for flag in ("end_intent", "cite_after_punctuation", "cite_closed", "period_after_marker"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(
                     f"{flag} must be True or False, got {getattr(self, flag)!r}"
@@ -109,6 +113,6 @@ class Readability:
 OFF = Readability(
     end_intent=False, auto_cite_support=None, no_repeat_ngram=0, no_repeat_words=0,
     number_penalty=0.0, cite_after_punctuation=True, period_after_marker=False, end_bias=0.0,
-    wrap_up_words=0, max_punctuation_run=0,
+    wrap_up_words=0, max_punctuation_run=0, cite_closed=False,
 )
 """Every readability processor turned off."""

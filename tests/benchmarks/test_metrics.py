@@ -11,6 +11,7 @@ from citebench.metrics import (
     follows_punctuation,
     groups_after_dangling_word,
     groups_after_punctuation,
+    groups_inside_open_spans,
     has_repeated_phrase,
     has_repetition,
     measure,
@@ -215,6 +216,21 @@ def test_summarize_pools_the_new_measurements() -> None:
     assert summary["answers_with_unsupported_number"]["k"] == 1
     assert summary["correctness"]["k"] == 2
     assert summary["long_sentences"]["n"] == 3
+    assert (summary["abstained"]["k"], summary["abstained"]["n"]) == (0, 2)
+    refused = {**_record("The sources do not answer this question."), "abstained": True}
+    assert summarize([refused, *records])["abstained"]["k"] == 1
+
+
+@pytest.mark.parametrize(("text", "count"), [
+    ('It is ("j" | [1].', 1),
+    ("It is a TypeError (or any other type [1]. It is (x) [2].", 1),
+    ("Use `x.join [1]. Use `x` [1].", 1),
+    ('He said "no [1][2]. A (b. C [1].', 1),  # the second claim starts after "b. "
+    ("Paris [1]. (Berlin) [2].", 0),
+])
+def test_groups_inside_open_spans(text: str, count: int) -> None:
+    assert groups_inside_open_spans(text) == count
+    assert measure(ITEM, text, "stop")["groups_in_open_spans"] == count
 
 
 def test_claim_best_counts_markers_the_claims_own_words_point_to() -> None:

@@ -31,6 +31,7 @@ from citeformer.types import Policy
 __all__ = [
     "AnswerState",
     "CiteAfterWord",
+    "CiteClosed",
     "EndBias",
     "EndIntent",
     "EvidenceBias",
@@ -184,6 +185,32 @@ class CiteAfterWord(Lever):
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         edits.remove(self._all if _AFTER_PUNCTUATION.search(state.data) else self._glued)
+
+
+class CiteClosed(Lever):
+    """Keeps a marker from opening inside a span the claim opened and has not closed.
+
+    The spans are parentheses, double quotes and backticks (``("j" | [1].``, ``... (or any
+    other type [1].``). Only while another token remains: at the sentence bound the marker
+    still opens.
+    """
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self._all = torch.cat([vocab.glued_openers, vocab.openers])
+
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        if _is_open(claim_of(state.text)):
+            edits.remove(self._all)
+
+
+def _is_open(claim: str) -> bool:
+    """Whether ``claim`` leaves a parenthesis, double quote or backtick span open."""
+    return (
+        claim.count("(") > claim.count(")")
+        or claim.count("\u201c") > claim.count("\u201d")
+        or claim.count('"') % 2 == 1
+        or claim.count("`") % 2 == 1
+    )
 
 
 class PeriodAfterMarker(Lever):
@@ -548,6 +575,8 @@ def levers_for(
         ))
     if not settings.cite_after_punctuation:
         levers.append(CiteAfterWord(vocab))
+    if settings.cite_closed:
+        levers.append(CiteClosed(vocab))
     if settings.period_after_marker:
         levers.append(PeriodAfterMarker(vocab))
     if settings.number_penalty:

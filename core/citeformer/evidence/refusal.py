@@ -53,14 +53,21 @@ SUPPORT_MEASURES = tuple(DEFAULT_THRESHOLDS)
 _MAX_TEXT_CHARS = 500
 
 # Words that say how to answer, not what about: "According to the documents, explain briefly
-# ... and cite your source [2]." is weighed by the rest. A question made only of them keeps them.
+# ... and cite your source [2]." is weighed by the rest; a question made of nothing else ("Summarize
+# the documents.") is about whatever they hold, and is never refused.
 ASKING_WORDS = frozenset({
     "according", "answer", "answering", "briefly", "cite", "citation", "cited", "citing",
     "context", "describe", "detail", "document", "explain", "give", "mention", "must", "passage",
     "please", "provided", "question", "quote", "quoted", "quoting", "reference", "said", "say",
-    "says", "source", "summarize", "tell", "text", "write",
+    "says", "source", "summarize", "tell", "text", "verbatim", "word", "write",
 })
-_MARKER = re.compile(r"\[[^\[\]]*\]")
+# A marker the question demands, and a source it points at: "[7]", "source 1", "the first passage".
+_POINTERS = re.compile(
+    r"\[[^\[\]]*\]"
+    r"|\b(?:source|passage|document|doc|reference)s?\s*(?:no\.?\s*|#\s*)?\d+\b"
+    r"|\b(?:first|second|third|last|other)\s+(?:source|passage|document)s?\b",
+    flags=re.IGNORECASE,
+)
 
 
 class Band(enum.Enum):
@@ -166,17 +173,17 @@ class Refusal:
 def question_words(question: str) -> set[str]:
     """The content words of ``question`` that ``lexical_support`` weighs.
 
-    Bracketed markers (``[7]``) are left out, and so are ``ASKING_WORDS`` unless nothing else
-    is left.
+    Left out: bracketed markers (``[7]``), pointers at a source (``source 1``, ``the first
+    passage``) and ``ASKING_WORDS``. Empty for a question about the sources themselves
+    (``"What does source 1 say, word for word?"``), which is then never refused.
     """
-    words = set(content_words(_MARKER.sub(" ", question)))
-    return words - ASKING_WORDS or words
+    return set(content_words(_POINTERS.sub(" ", question))) - ASKING_WORDS
 
 
 def lexical_support(question: str, sources: Sequence[Source]) -> float:
     """The largest share of the question's words (``question_words``) one source holds.
 
-    A source's words are its title's and its text's; 1.0 for a question without content words
+    A source's words are its title's and its text's; 1.0 for a question without such words
     (nothing to weigh).
     """
     words = question_words(question)

@@ -11,6 +11,7 @@ from citeformer import InvalidInputError, build_request
 from citeformer.decoding.levers import (
     AnswerState,
     CiteAfterWord,
+    CiteClosed,
     EndBias,
     EndIntent,
     Lever,
@@ -273,6 +274,49 @@ def test_no_marker_after_a_comma_unless_nothing_else_is_left() -> None:
     assert out[TOKEN[" ["]] == 1.0
 
 
+SPANS = [b"<eos>", b" is", b" (", b"(", b")", b' "', b'"', b"`", " \u201c".encode(),
+         "\u201d".encode(), b" [", b"[", b"1", b"]", b".", b" x"]
+SPAN_VOCAB = Vocabulary(SPANS)
+
+
+@pytest.mark.parametrize(
+    ("answer", "blocked"),
+    [
+        ((" is", " (", " x"), True),                 # ... (x [1].
+        ((" is", " (", " x", ")"), False),           # ... (x) [1].
+        ((" is", ' "', " x"), True),                 # ... "x [1].
+        ((" is", ' "', " x", '"'), False),
+        ((" is", "`", " x"), True),
+        ((" is", "`", " x", "`"), False),
+        ((" is", " \u201c", " x"), True),
+        ((" is", " \u201c", " x", "\u201d"), False),
+        ((" is", " (", " x", " [", "1", "]", ".", " x"), False),  # opened in an earlier claim
+        ((" is",), False),
+    ],
+)
+def test_no_marker_inside_a_span_the_claim_left_open(
+    answer: tuple[str, ...], blocked: bool
+) -> None:
+    state = AnswerState(SPAN_VOCAB.token_bytes)
+    for text in answer:
+        state.append(SPANS.index(text.encode()))
+    out = torch.zeros(1, len(SPANS))
+    CiteClosed(SPAN_VOCAB).apply(state, out)
+    assert bool(out[0, SPANS.index(b" [")] == NEG) is blocked
+    assert bool(out[0, SPANS.index(b"[")] == NEG) is blocked
+    assert out[0, SPANS.index(b")")] == 0.0  # closing it is what is left
+
+
+def test_a_marker_still_opens_inside_an_open_span_at_the_sentence_bound() -> None:
+    state = AnswerState(SPAN_VOCAB.token_bytes)
+    for text in (" is", " (", " x"):
+        state.append(SPANS.index(text.encode()))
+    out = torch.full((1, len(SPANS)), NEG)
+    out[0, SPANS.index(b" [")] = 1.0  # the grammar allows only a marker
+    CiteClosed(SPAN_VOCAB).apply(state, out)
+    assert out[0, SPANS.index(b" [")] == 1.0
+
+
 def test_number_copy_penalises_invented_digits() -> None:
     processor = NumberCopy(TOKENS, ["It was completed in 1889."], 8.0)
     out = feed(processor, (" in", " 18", "8"), logits())
@@ -340,7 +384,8 @@ def test_levers_of_a_request_in_the_order_they_act() -> None:
     request = build_request("When?", sources, Policy.REQUIRED, readability=settings)
     levers = levers_for(request, TOKENS, [0], LexicalEvidence())
     assert [type(lever).__name__ for lever in levers] == [
-        "EndIntent", "CiteAfterWord", "PeriodAfterMarker", "NumberCopy", "RepeatBlock",
+        "EndIntent", "CiteAfterWord", "CiteClosed", "PeriodAfterMarker", "NumberCopy",
+        "RepeatBlock",
         "WordRepeatBlock", "PunctuationRun", "WrapUp", "EndBias", "EvidenceBias",
     ]
     assert [type(lever).__name__ for lever in levers_for(request, TOKENS, [0], None)][-1] == (

@@ -53,10 +53,21 @@ def test_how_the_answer_is_asked_for_does_not_dilute_what_it_is_about(asked: str
     assert Refusal().band(asked, TOWER) is Band.ANSWER
 
 
-def test_a_question_made_only_of_asking_words_keeps_them() -> None:
-    assert question_words("Cite the source, please.") == {"cite", "source", "please"}
-    assert Refusal().band("Cite the source, please.", TOWER) is Band.REFUSE  # neither holds them
-    assert question_words("Quote the passage [1].") == {"quote", "passage"}  # a marker is no word
+@pytest.mark.parametrize("asked", [
+    "Summarize the documents.",
+    "What does source 1 say, word for word? Quote it.",
+    "Quote the first passage verbatim [1].",
+    "What does document #2 say?",
+])
+def test_a_question_about_the_sources_themselves_is_never_refused(asked: str) -> None:
+    assert question_words(asked) == set()
+    assert lexical_support(asked, TOWER) == 1.0
+    assert Refusal().band(asked, TOWER) is Band.ANSWER
+
+
+def test_a_source_pointer_leaves_the_rest_weighed() -> None:
+    assert question_words("What does source 2 say about honey bees?") == {"honey", "bees"}
+    assert Refusal().band("What does source 2 say about Peru?", TOWER) is Band.REFUSE
 
 
 def test_the_title_counts_as_the_sources_words() -> None:

@@ -90,6 +90,25 @@ def test_three_questions_in_one_batch(model: Recording, capsys) -> None:
                 assert document[evidence["file_start"]:evidence["file_end"]] == evidence["text"]
 
 
+def test_the_readmes_off_topic_question_is_refused_over_the_examples(
+    model: Recording, capsys
+) -> None:
+    # README.md: real retrieval over examples/docs; no passage holds the capital of Peru.
+    code = main(["ask", "What is the capital of Peru?", "--docs", str(EXAMPLES), "--json", "-q"],
+                services=services_of(model))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    answer = json.loads(captured.out)
+    assert answer["abstained"] is True and answer["citations"] == []
+    assert answer["text"] == "The sources do not answer this question."
+    assert answer["generated_tokens"] == 0  # no model ran for it
+    code = main(["ask", "When was the Eiffel Tower completed?", "--docs", str(EXAMPLES), "--json",
+                 "--max-new-tokens", "40", "-q"], services=services_of(model))
+    answered = json.loads(capsys.readouterr().out)
+    assert code == 0 and answered["abstained"] is False and answered["citations"]
+    assert "1889" in answered["text"]
+
+
 @needs_pypdf
 def test_a_pdf_is_answered_with_its_pages(model: Recording, tmp_path, capsys) -> None:
     eiffel = (EXAMPLES / "eiffel_tower.md").read_text(encoding="utf-8").split("\n\n")

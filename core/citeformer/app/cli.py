@@ -244,7 +244,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     refusal = ask.add_mutually_exclusive_group()
     refusal.add_argument(
         "--refusal-threshold", type=_non_negative_float, default=None, metavar="X",
-        help=f"answer {DEFAULT_REFUSAL_TEXT!r} when the best passage holds less than this "
+        help=f"answer {DEFAULT_REFUSAL_TEXT!r} when no passage, or pair of passages, holds this "
         f"share of the question's content words (default: {DEFAULT_THRESHOLDS['lexical']}; "
         "0: never)",
     )

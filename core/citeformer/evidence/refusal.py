@@ -8,21 +8,23 @@ Before anything is generated, the question is weighed against its sources (``Ref
   answer beside a cited one, the prompt tells the model so, and the model chooses;
 - above: the model answers, citing.
 
-Two measures of support, each the best over the sources:
+Two measures of support:
 
-- ``"lexical"`` (the default, no dependency): the share of the question's content words
+- ``"lexical"`` (the default, no dependency): the largest share of the question's content words
   (``question_words``: not the words that only say how to answer, nor markers it demands) that
-  one source (title and text) holds;
+  one source, or two together, hold (title and text): a question that takes two passages to
+  answer ("In which country was the inventor of the telephone born?") is weighed as answered;
 - ``"embedding"``: the largest cosine between the question and one source under all-MiniLM-L6-v2
   (``citeformer[retrieval]``).
 
-The default thresholds were chosen on the dev split of both labeled sets for no false refusal,
+The default thresholds were chosen on the dev splits of the labeled sets for no false refusal,
 and measured on their test splits (``benchmarks/refusal_signals.py``; benchmarks/README.md).
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -46,9 +48,9 @@ __all__ = [
 ]
 
 DEFAULT_REFUSAL_TEXT = "The sources do not answer this question."
-DEFAULT_THRESHOLDS = {"lexical": 0.3, "embedding": 0.45}
-"""Each measure's default ``threshold``: the largest that refused no answerable question of the
-dev splits (lexical) or at most one of 39 (embedding)."""
+DEFAULT_THRESHOLDS = {"lexical": 0.5, "embedding": 0.45}
+"""Each measure's default ``threshold``: about the largest that refuses no answerable question of
+the three labeled sets' dev splits (67 questions)."""
 SUPPORT_MEASURES = tuple(DEFAULT_THRESHOLDS)
 _MAX_TEXT_CHARS = 500
 
@@ -181,18 +183,20 @@ def question_words(question: str) -> set[str]:
 
 
 def lexical_support(question: str, sources: Sequence[Source]) -> float:
-    """The largest share of the question's words (``question_words``) one source holds.
+    """The largest share of the question's words (``question_words``) one or two sources hold.
 
-    A source's words are its title's and its text's; 1.0 for a question without such words
-    (nothing to weigh).
+    Two sources count together, for a question that takes two passages to answer. A source's
+    words are its title's and its text's; 1.0 for a question without such words (nothing to
+    weigh).
     """
     words = question_words(question)
     if not words:
         return 1.0
-    return max(
-        len(words & set(content_words(f"{s.title or ''} {s.text}"))) / len(words)
-        for s in sources
-    )
+    held = {frozenset(words & set(content_words(f"{s.title or ''} {s.text}"))) for s in sources}
+    best = max(len(h) for h in held)
+    for one, other in itertools.combinations(held, 2):
+        best = max(best, len(one | other))
+    return best / len(words)
 
 
 def embedding_support(question: str, sources: Sequence[Source]) -> float:

@@ -72,6 +72,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "off": {"readability": OFF},
     "no-refusal": {"refusal": None},
     "no-cite-closed": {"readability": replace(DEFAULT, cite_closed=False)},
+    "code-4": {"readability": replace(DEFAULT, code_penalty=4.0)},
+    "code-8": {"readability": replace(DEFAULT, code_penalty=8.0)},
 }
 
 COLUMNS = (

@@ -62,6 +62,10 @@ class Readability:
     number_penalty: float = 8.0
     """Logit penalty for a digit that makes a number no source holds (0: off)."""
 
+    code_penalty: float = 0.0
+    """Logit penalty, inside a backtick span, for a token that makes a name (letters, digits,
+    ``_``, ``.``) that begins no name of the sources or the question (0: off)."""
+
     cite_after_punctuation: bool = False
     """``False``: a marker may not open right after ``,`` ``;`` ``:`` or ``(`` (a space between
     included), so a sentence is cited where a word ends, not mid-phrase (``..., which is [4].``),
@@ -106,7 +110,7 @@ class Readability:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInputError(f"{name} must be an int >= 0 (0: off), got {value!r}")
-        for name in ("number_penalty", "end_bias", "wrap_up_bias"):
+        for name in ("number_penalty", "code_penalty", "end_bias", "wrap_up_bias"):
             check_non_negative(name, getattr(self, name))
 
 

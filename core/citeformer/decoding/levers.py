@@ -14,6 +14,7 @@ levers do. The settings behind the readability levers are ``citeformer.readabili
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Sequence
@@ -32,6 +33,7 @@ __all__ = [
     "AnswerState",
     "CiteAfterWord",
     "CiteClosed",
+    "CodeCopy",
     "EndBias",
     "EndIntent",
     "EvidenceBias",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_NAME_TAIL = re.compile(r"[A-Za-z0-9_.]*$")
 _AFTER_PUNCTUATION = re.compile(rb"[,;:(] ?$")
 # Where the grammar starts a new sentence: after a cite-group and its terminator.
 _SENTENCE_END = re.compile(r"\][.!?]")
@@ -380,6 +384,56 @@ class NumberCopy(Lever):
         return torch.tensor(bad, dtype=torch.long)
 
 
+class CodeCopy(Lever):
+    """Inside a backtick span, penalises tokens that write a name no source or question holds.
+
+    A small model invents identifiers in code spans (`` `textwrap.wrap_whitesp` `` where the
+    source says ``expandtabs``). The names are the runs of letters, digits, ``_`` and ``.`` of the
+    texts, each dotted part and what follows each dot too (``wrap`` of ``textwrap.wrap``). A token
+    made only of those characters, continuing the name the span ends in or starting a new one
+    after a space, is penalised unless the name it makes begins a known one.
+    """
+
+    def __init__(self, vocab: Vocabulary, texts: Sequence[str], penalty: float) -> None:
+        names: set[str] = set()
+        for text in texts:
+            for match in _NAME.finditer(text):
+                name = match.group(0).rstrip(".")
+                names.update(name[i + 1:] for i, c in enumerate(name) if c == ".")
+                names.add(name)
+        self._names = sorted(n for n in names if n)
+        self._fresh = {n[:i] for n in self._names for i in range(1, len(n) + 1)}
+        self._penalty = penalty
+        self._ids, self._texts = vocab.name_tokens
+        self._bad: dict[str, torch.Tensor] = {}
+
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        text = state.text
+        opened = text.rfind("`")
+        if opened < 0 or text.count("`") % 2 == 0:
+            return
+        run = _NAME_TAIL.search(text, opened + 1)
+        name = run.group(0) if run else ""
+        bad = self._bad.get(name)
+        if bad is None:
+            bad = self._bad[name] = self._invented(name)
+        edits.add(bad, -self._penalty)
+
+    def _invented(self, name: str) -> torch.Tensor:
+        """The name tokens that, after ``name`` the span ends in, begin no known name."""
+        start = bisect.bisect_left(self._names, name)
+        known = self._names[start:bisect.bisect_left(self._names, name + "\U0010ffff", start)]
+        starts: set[str] = set()
+        for whole in known:  # every longer prefix a glued token could make
+            starts.update(whole[:i] for i in range(len(name) + 1, len(whole) + 1))
+        fresh = self._fresh
+        invented = [
+            (t[1:] not in fresh) if t.startswith(" ") else (name + t not in starts)
+            for t in self._texts
+        ]
+        return self._ids[torch.tensor(invented, dtype=torch.bool)] if invented else self._ids
+
+
 class WrapUp(Lever):
     """Near the grammar's sentence bound, makes citing where a word ends the likely choice.
 
@@ -582,6 +636,9 @@ def levers_for(
     if settings.number_penalty:
         texts = [question, *(s.text for s in sources)]
         levers.append(NumberCopy(vocab, texts, settings.number_penalty))
+    if settings.code_penalty:
+        levers.append(CodeCopy(vocab, [question, *(s.text for s in sources)],
+                               settings.code_penalty))
     if settings.no_repeat_ngram:
         levers.append(RepeatBlock(settings.no_repeat_ngram, vocab.exempt))
     if settings.no_repeat_words:

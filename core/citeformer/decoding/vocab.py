@@ -111,6 +111,15 @@ class Vocabulary:
         return [raw.decode("utf-8", errors="replace") for raw in self.token_bytes]
 
     @cached_property
+    def name_tokens(self) -> tuple[torch.Tensor, list[str]]:
+        """The ids and texts of the tokens made of name characters, for ``CodeCopy``.
+
+        Name characters: letters, digits, ``_`` and ``.``, after at most one leading space.
+        """
+        found = [(i, t) for i, t in enumerate(self.texts) if _NAME_TOKEN.match(t)]
+        return torch.tensor([i for i, _ in found], dtype=torch.long), [t for _, t in found]
+
+    @cached_property
     def word_parts(self) -> dict[str, list[tuple[int, bool, bool]]]:
         """Tokens by the (case-folded) word their text begins with: ``(id, glued, ends)``.
 
@@ -225,6 +234,9 @@ class SortedVocab:
         if last == 0xFF:
             return start, hi
         return start, bisect.bisect_left(self.keys, prefix[:-1] + bytes([last + 1]), start, hi)
+
+
+_NAME_TOKEN = re.compile(r" ?[A-Za-z0-9_.]+$")
 
 
 def _ids(vocab: Sequence[bytes], keep: Callable[[bytes], object]) -> torch.Tensor:

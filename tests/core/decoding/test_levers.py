@@ -12,6 +12,7 @@ from citeformer.decoding.levers import (
     AnswerState,
     CiteAfterWord,
     CiteClosed,
+    CodeCopy,
     EndBias,
     EndIntent,
     Lever,
@@ -315,6 +316,38 @@ def test_a_marker_still_opens_inside_an_open_span_at_the_sentence_bound() -> Non
     out[0, SPANS.index(b" [")] = 1.0  # the grammar allows only a marker
     CiteClosed(SPAN_VOCAB).apply(state, out)
     assert out[0, SPANS.index(b" [")] == 1.0
+
+
+NAMES = [b"<eos>", b" is", b" `", b"`", b"text", b"wrap", b".", b"wr", b"_whitesp", b" expand",
+         b"tabs", b" foo", b" x", b"."]
+NAME_VOCAB = Vocabulary(NAMES)
+NAME_SOURCES = ["Tabs are expanded with expandtabs() by textwrap.wrap by default."]
+
+
+def code_feed(answer: tuple[bytes, ...]) -> list[float]:
+    state = AnswerState(NAME_VOCAB.token_bytes)
+    for raw in answer:
+        state.append(NAMES.index(raw))
+    out = torch.zeros(1, len(NAMES))
+    CodeCopy(NAME_VOCAB, NAME_SOURCES, 8.0).apply(state, out)
+    return out[0].tolist()  # type: ignore[no-any-return]
+
+
+def test_code_copy_penalises_a_name_no_source_holds_inside_backticks() -> None:
+    inside = code_feed((b" is", b" `", b"text", b"wrap", b"."))  # `textwrap.
+    assert inside[NAMES.index(b"wrap")] == 0.0  # textwrap.wrap is in the source
+    assert inside[NAMES.index(b"wr")] == 0.0  # on its way there
+    assert inside[NAMES.index(b"_whitesp")] == -8.0  # textwrap._whitesp is in none
+    assert inside[NAMES.index(b" expand")] == 0.0  # a new name: expandtabs begins so
+    assert inside[NAMES.index(b" foo")] == -8.0
+    assert inside[NAMES.index(b" is")] == -8.0 and inside[NAMES.index(b"<eos>")] == 0.0
+    after_dot = code_feed((b" `", b"wrap"))  # `wrap: the part after a dot counts as a name
+    assert after_dot[NAMES.index(b"_whitesp")] == -8.0
+
+
+def test_code_copy_leaves_prose_and_closed_spans_alone() -> None:
+    assert set(code_feed((b" is", b" foo"))) == {0.0}  # no backtick: prose
+    assert set(code_feed((b" `", b"wrap", b"`", b" is"))) == {0.0}  # the span is closed
 
 
 def test_number_copy_penalises_invented_digits() -> None:

@@ -161,7 +161,8 @@ def test_adversarial_prompt_writes_no_fabricated_marker(gen: ServerGenerator) ->
     fabricated_unconstrained = 0
     for seed in range(3):
         answer = gen.generate(ADVERSARIAL, SOURCES, Policy.AUTO, max_new_tokens=32,
-                              do_sample=True, temperature=1.0, seed=seed)
+                              do_sample=True, temperature=1.0, seed=seed, refusal=None)
+        assert answer.generated_tokens > 0  # the model ran, under the attack
         assert_in_range(answer.text, len(SOURCES))
         free = gen.generate(ADVERSARIAL, SOURCES, Policy.AUTO, max_new_tokens=32,
                             do_sample=True, temperature=1.0, seed=seed, constrained=False)
@@ -171,14 +172,16 @@ def test_adversarial_prompt_writes_no_fabricated_marker(gen: ServerGenerator) ->
 
 def test_a_grammar_the_server_does_not_read_is_caught(llama_server: LlamaServer) -> None:
     # llama.cpp reads "grammar", not vLLM's old "guided_grammar": it answers unconstrained, as a
-    # recent vLLM does, and the re-check refuses the answer before anyone sees it.
+    # recent vLLM does, and the re-check refuses the answer before anyone sees it. Refusal is off:
+    # the instructions in the question dilute its support, and the model must run.
     misled = ServerGenerator(llama_server.url, max_retries=0, engine="vllm-guided")
     with pytest.raises(ServerIgnoredGrammarError) as info:
-        misled.generate(ADVERSARIAL, SOURCES, Policy.REQUIRED, max_new_tokens=64)
+        misled.generate(ADVERSARIAL, SOURCES, Policy.REQUIRED, max_new_tokens=64, refusal=None)
     assert "'guided_grammar' field" in str(info.value) and "engine='vllm'" in str(info.value)
     shown = ""
     with pytest.raises(ServerIgnoredGrammarError):
-        for chunk in misled.stream(ADVERSARIAL, SOURCES, Policy.REQUIRED, max_new_tokens=64):
+        for chunk in misled.stream(ADVERSARIAL, SOURCES, Policy.REQUIRED, max_new_tokens=64,
+                                   refusal=None):
             shown += chunk
     assert_in_range(shown, len(SOURCES))
 

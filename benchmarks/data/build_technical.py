@@ -27,6 +27,7 @@ import json
 import random
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -658,12 +659,22 @@ def _span_pieces(
 
 def build(topics: dict[str, str]) -> list[dict[str, Any]]:
     """The rows of ``technical.jsonl``, checked; raises on the first question that fails."""
-    texts = {name: cut_text(name, passage, topics) for name, passage in P.items()}
+    return build_rows(P, QUESTIONS, topics, check_question)
+
+
+def build_rows(
+    cuts: dict[str, Cut],
+    questions: list[Question],
+    topics: dict[str, str],
+    check: Callable[[Question, int, dict[str, tuple[str, str]]], None],
+) -> list[dict[str, Any]]:
+    """The rows of a set cut from ``topics`` by ``cuts``, each question checked by ``check``."""
+    texts = {name: cut_text(name, passage, topics) for name, passage in cuts.items()}
     for name, (text, _) in texts.items():
-        check_passage(name, text, topics[P[name].topic])
+        check_passage(name, text, topics[cuts[name].topic])
     rows = []
-    for number, question in enumerate(QUESTIONS, 1):
-        check_question(question, number, texts)
+    for number, question in enumerate(questions, 1):
+        check(question, number, texts)
         names = [*question.gold, *question.distractors]
         random.Random(question.id).shuffle(names)
         passages = [{"id": f"p{k}", "title": texts[n][1], "text": texts[n][0]}

@@ -18,6 +18,8 @@ import httpx
 from citeformer.default_model import gguf_path
 
 READY_TIMEOUT_S = 120.0
+LOG_EXCERPT_CHARS = 3000
+CRASH_HEADER = "Fatal Python error:"
 
 
 @dataclass
@@ -43,15 +45,22 @@ class LlamaServer:
         self.process.wait(timeout=10)
 
     def log_tail(self) -> str:
-        return self.log.read_text(encoding="utf-8", errors="replace")[-3000:]
+        """The log's last lines or, after a crash, faulthandler's dump from its header on: the
+        innermost frames come first there, and a long stack would push them out of a tail."""
+        text = self.log.read_text(encoding="utf-8", errors="replace")
+        crash = text.rfind(CRASH_HEADER)
+        if crash >= 0:
+            return text[crash:crash + LOG_EXCERPT_CHARS]
+        return text[-LOG_EXCERPT_CHARS:]
 
     def exit_report(self) -> str | None:
-        """``None`` while the server runs; once it is gone, its exit status and log tail."""
+        """``None`` while the server runs; once it is gone, its exit status and the end of its log
+        (or its crash dump)."""
         code = self.process.poll()
         if code is None:
             return None
         return (
-            f"the llama.cpp server at {self.url} is gone ({describe(code)}); the last lines of "
+            f"the llama.cpp server at {self.url} is gone ({describe(code)}); from "
             f"its log {self.log}:\n{self.log_tail()}"
         )
 

@@ -37,10 +37,16 @@ from citebench.metrics import measure, rate_text, summarize  # noqa: E402
 
 from citeformer import CiteGenerator, Policy, build_request  # noqa: E402
 from citeformer.evidence import LexicalEvidence  # noqa: E402
+from citeformer.prompt import default_instructions  # noqa: E402
 from citeformer.readability import OFF, Readability  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT = Readability()
+# REQUIRED's instructions before the answer-first cue (its last sentence) was added to them.
+ANSWER_FIRST_CUE = (
+    " Begin with one sentence that answers the question, in the question's own words."
+)
+WITHOUT_ANSWER_FIRST = default_instructions(Policy.REQUIRED).removesuffix(ANSWER_FIRST_CUE)
 
 ARMS: dict[str, dict[str, Any]] = {
     "unconstrained": {"constrained": False},
@@ -72,6 +78,9 @@ ARMS: dict[str, dict[str, Any]] = {
     "off": {"readability": OFF},
     "no-refusal": {"refusal": None},
     "no-cite-closed": {"readability": replace(DEFAULT, cite_closed=False)},
+    "no-claim-words": {"readability": replace(DEFAULT, min_claim_words=0)},
+    "no-clause-end": {"readability": replace(DEFAULT, clause_support=None)},
+    "no-answer-first": {"instructions": WITHOUT_ANSWER_FIRST},
     "code-4": {"readability": replace(DEFAULT, code_penalty=4.0)},
     "code-8": {"readability": replace(DEFAULT, code_penalty=8.0)},
 }
@@ -169,6 +178,7 @@ def _settings(request: Any) -> dict[str, Any]:
         "sentence_ends": request.grammar.sentence_ends,
         "source_terms": request.grammar.source_terms,
         "refusal": repr(request.refusal),
+        "instructions": request.instructions,
     }
 
 

@@ -7,6 +7,7 @@ For every question of both labeled sets, and for its unanswerable twin
 lack the answer string), each signal scores how well the sources answer the question:
 
 - ``lexical``: the largest share of the question's content words one source holds;
+- ``lexical_sentence``: the same over the sources' sentences (one, or two together), a candidate;
 - ``embedding``: the largest cosine between the question and one source (all-MiniLM-L6-v2);
 - ``refusal_logprob``: minus the mean log-probability per token that the embedded model gives
   the refusal sentence as the whole answer, under REQUIRED's prompt with one sentence added that
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -44,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from citebench.data import DATASETS, Item, load_dataset, unanswerable  # noqa: E402
 
-from citeformer import CiteGenerator, Refusal, build_request  # noqa: E402
+from citeformer import CiteGenerator, Refusal, Source, build_request  # noqa: E402
 from citeformer.evidence.refusal import (  # noqa: E402
     DEFAULT_THRESHOLDS,
     embedding_support,
@@ -56,7 +58,8 @@ from citeformer.types import Policy  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results" / "refusal_signals.json"
 REFUSAL = "The sources do not answer this question."
 OFFER = f" If the sources do not answer the question, write only: {REFUSAL}"
-SIGNALS = ("lexical", "embedding", "refusal_logprob", "refusal_first")
+SIGNALS = ("lexical", "lexical_sentence", "embedding", "refusal_logprob", "refusal_first")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 MAX_FALSE_REFUSALS = 0.05
 PHRASINGS = (
     "According to the sources, {question}",
@@ -68,6 +71,19 @@ PHRASINGS = (
 
 def lexical(item: Item) -> float:
     return lexical_support(item.question, item.sources())
+
+
+def lexical_sentence(item: Item) -> float:
+    """``lexical`` with each source cut into its sentences (each with the source's title): the
+    share of the question's words one sentence holds, or two together. A candidate, not shipped:
+    a passage on the question's topic without its answer scatters the question's words over
+    several sentences."""
+    sentences = [
+        Source(sentence, title=source.title)
+        for source in item.sources()
+        for sentence in _SENTENCES.split(source.text) if sentence.strip()
+    ]
+    return lexical_support(item.question, sentences or item.sources())
 
 
 def embedding(item: Item) -> float:
@@ -168,6 +184,8 @@ def main() -> None:
                 row = {"id": item.id, "split": item.split, "kind": kind}
                 if "lexical" in args.signals:
                     row["lexical"] = lexical(item)
+                if "lexical_sentence" in args.signals:
+                    row["lexical_sentence"] = lexical_sentence(item)
                 if "embedding" in args.signals:
                     row["embedding"] = embedding(item)
                 if generator is not None and logprobs:

@@ -27,6 +27,7 @@ DEFAULT_INSTRUCTIONS: dict[Policy, str] = {
     Policy.REQUIRED: (
         f"{_COMMON} Answer in one to three short sentences. End every sentence with the "
         "source number in brackets, before the period. Example: Paris is the capital of France [1]."
+        " Begin with one sentence that answers the question, in the question's own words."
     ),
     Policy.QUOTES_ONLY: (
         f"{_COMMON} When you quote a source word for word, put the quote in double quotes and "

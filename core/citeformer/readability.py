@@ -14,6 +14,10 @@ verbatim quotes are untouched:
   another token remains.
 - word repeat block: the same for a word n-gram (markers left out, case folded), the unit a
   reader notices: ``... is a function that executes [1]. It is a function that executes ...``.
+- claim words: a marker waits until the claim it cites holds three words, so no sentence is only
+  a marker's carrier (``The Queue [3].``).
+- clause end: where a supported claim has said something new and the model wants a comma, it
+  cites instead of chaining a clause the source does not hold.
 - period after a marker: a cited sentence ends with ``.``; ``!`` and ``?`` after a cite-group
   were a small model's escape to go on writing.
 - wrap up: near the grammar's sentence bound, citing where a word ends becomes likely, so a long
@@ -75,6 +79,18 @@ class Readability:
     """A marker may not open while the claim it would cite leaves a parenthesis, a double quote
     or a backtick span open (``... (or any other type [1].``), unless nothing else is left."""
 
+    min_claim_words: int = 3
+    """A marker may not open before the claim it would cite holds this many words (a sentence
+    that only carries a marker, ``The Queue [3].``, names nothing), unless nothing else is left;
+    a marker stacked on another is free (0: off)."""
+
+    clause_support: float | None = 0.9
+    """Where a claim of five words or more says something the question did not and a source
+    supports it at this score or more (the evidence scorer's, 0..1), the wish to chain a clause
+    on it (half the model's probability or more on ``,`` ``;``) opens a marker instead:
+    ``... on 31 March 1889 [2].``, not ``..., but it was actually finished on 1889 [2].`` A
+    dependent clause (``If ...``, ``When ...``) keeps its comma. ``None``: off."""
+
     period_after_marker: bool = True
     """After a cite-group the sentence ends with ``.``, not ``!`` or ``?``, which a small model
     uses as an escape to go on writing (``... [2]! This is ...``)."""
@@ -102,11 +118,15 @@ class Readability:
                 f"auto_cite_support must be between 0 and 1 or None, got "
                 f"{self.auto_cite_support!r}"
             )
+        if self.clause_support is not None and not 0 <= self.clause_support <= 1:
+            raise InvalidInputError(
+                f"clause_support must be between 0 and 1 or None, got {self.clause_support!r}"
+            )
         for name in ("no_repeat_ngram", "no_repeat_words"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value == 1:
                 raise InvalidInputError(f"{name} must be 0 (off) or an int >= 2, got {value!r}")
-        for name in ("wrap_up_words", "max_punctuation_run"):
+        for name in ("wrap_up_words", "max_punctuation_run", "min_claim_words"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInputError(f"{name} must be an int >= 0 (0: off), got {value!r}")
@@ -117,6 +137,7 @@ class Readability:
 OFF = Readability(
     end_intent=False, auto_cite_support=None, no_repeat_ngram=0, no_repeat_words=0,
     number_penalty=0.0, cite_after_punctuation=True, period_after_marker=False, end_bias=0.0,
-    wrap_up_words=0, max_punctuation_run=0, cite_closed=False,
+    wrap_up_words=0, max_punctuation_run=0, cite_closed=False, min_claim_words=0,
+    clause_support=None,
 )
 """Every readability processor turned off."""

@@ -107,6 +107,9 @@ def test_the_readmes_off_topic_question_is_refused_over_the_examples(
     answered = json.loads(capsys.readouterr().out)
     assert code == 0 and answered["abstained"] is False and answered["citations"]
     assert "1889" in answered["text"]
+    # README.md: the embedded model chains ", but it was actually finished on 1889" onto the
+    # supported claim unless the clause-end lever cites it where it is complete.
+    assert ", but" not in answered["text"], answered["text"]
 
 
 @needs_pypdf

@@ -41,6 +41,11 @@ class Wanted:
     """Whether the masks allow any marker opener."""
     may_end: bool
     """Whether the masks allow any sentence-ending token."""
+    chain_over_open: float = 0.0
+    """The probability of the tokens that chain a clause (``,`` ``;``) over that of the allowed
+    marker openers, where the reader was given them (else 0)."""
+    chain_share: float = 0.0
+    """The probability of those tokens among all (the softmax's), where given (else 0)."""
 
 
 class StepEdits:
@@ -162,18 +167,36 @@ class WantedReader:
     """Reads ``Wanted`` for a batch's rows: two small gathers, none of the whole vocabulary.
 
     ``before`` the masks, the scores of the sentence enders and marker openers; ``after`` them,
-    which of those are still allowed; ``Wanted`` is computed from both on the host. Only the ratio
-    of the two probabilities is used, so the softmax's normalizer is never needed.
+    which of those are still allowed; ``Wanted`` is computed from both on the host. Ending and
+    citing are weighed by the ratio of their probabilities, which needs no softmax normalizer;
+    given ``chainers``, the rows' normalizers are read too (one reduction per row), for the
+    chainers' share of all the probability.
     """
 
-    def __init__(self, enders: torch.Tensor, openers: torch.Tensor, device: torch.device) -> None:
-        self._ids = torch.cat([enders, openers]).to(device)[None, :]
+    def __init__(
+        self,
+        enders: torch.Tensor,
+        openers: torch.Tensor,
+        device: torch.device,
+        chainers: torch.Tensor | None = None,
+    ) -> None:
+        chain = chainers if chainers is not None else enders[:0]
+        self._ids = torch.cat([enders, openers, chain]).to(device)[None, :]
         self._split = len(enders)
+        self._chain = len(enders) + len(openers)
         self._rows: dict[tuple[int, ...], torch.Tensor] = {}
 
     def before(self, logits: torch.Tensor, rows: Sequence[int]) -> np.ndarray:
-        """The enders' and openers' scores in ``rows``, before any mask."""
-        return logits[self._index(rows), self._ids].float().cpu().numpy()
+        """The enders', openers' (and chainers') scores in ``rows`` before any mask.
+
+        With chainers, each row's log-normalizer comes last.
+        """
+        index = self._index(rows)
+        scores = logits[index, self._ids].float()
+        if self._ids.shape[1] > self._chain:
+            normalizer = torch.logsumexp(logits[index[:, 0]].float(), dim=-1, keepdim=True)
+            scores = torch.cat([scores, normalizer], dim=1)
+        return scores.cpu().numpy()
 
     def _index(self, rows: Sequence[int]) -> torch.Tensor:
         key = tuple(rows)
@@ -189,17 +212,27 @@ class WantedReader:
     ) -> dict[int, Wanted]:
         """``Wanted`` for ``rows``, from their scores ``before`` and the masked ``logits``."""
         finite = torch.isfinite(logits[self._index(rows), self._ids]).cpu().numpy()
-        split = self._split
-        allowed_open = np.where(finite[:, split:], raw[:, split:], -np.inf)
+        split, chain = self._split, self._chain
+        allowed_open = np.where(finite[:, split:chain], raw[:, split:chain], -np.inf)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # log(p_end / p_open): the normalizer cancels out.
-            log_ratio = _logsumexp(raw[:, :split]) - _logsumexp(allowed_open)
-        may_open: list[bool] = np.any(finite[:, split:], axis=1).tolist()
+            open_sum = _logsumexp(allowed_open)
+            log_ratio = _logsumexp(raw[:, :split]) - open_sum
+            if raw.shape[1] > chain:
+                chained = _logsumexp(raw[:, chain:-1])
+                chain_ratio, chain_log_share = chained - open_sum, chained - raw[:, -1]
+            else:
+                chain_ratio = chain_log_share = np.full(len(rows), -np.inf)
+        may_open: list[bool] = np.any(finite[:, split:chain], axis=1).tolist()
         may_end: list[bool] = np.any(finite[:, :split], axis=1).tolist()
         return {
-            row: Wanted(_exp(ratio), bool(opens), bool(ends))
-            for row, ratio, opens, ends in zip(
-                rows, log_ratio.tolist(), may_open, may_end, strict=True
+            row: Wanted(
+                _exp(ratio), bool(opens), bool(ends), _exp(chained, empty=0.0),
+                min(1.0, _exp(share, empty=0.0)),
+            )
+            for row, ratio, opens, ends, chained, share in zip(
+                rows, log_ratio.tolist(), may_open, may_end, chain_ratio.tolist(),
+                chain_log_share.tolist(), strict=True,
             )
         }
 
@@ -211,9 +244,10 @@ def _logsumexp(scores: np.ndarray) -> np.ndarray:
     return summed
 
 
-def _exp(value: float) -> float:
+def _exp(value: float, empty: float = math.inf) -> float:
+    """``exp(value)``; ``empty`` for NaN (no token of either group allowed or given)."""
     if math.isnan(value):
-        return math.inf
+        return empty
     return math.exp(value) if value < 700 else math.inf
 
 

@@ -23,7 +23,13 @@ import torch
 
 from citeformer.decoding.edits import StepEdits, Wanted, WantedReader
 from citeformer.decoding.vocab import PUNCTUATION, WORD, Vocabulary
-from citeformer.evidence.scoring import Evidence, LexicalEvidence, Support, claim_of
+from citeformer.evidence.scoring import (
+    Evidence,
+    LexicalEvidence,
+    Support,
+    claim_of,
+    content_words,
+)
 from citeformer.grammar.markers import CLOSED_GROUP, MARKER_LIKE, OPEN_GROUP
 from citeformer.readability import Readability
 from citeformer.request import GenerationRequest
@@ -33,6 +39,8 @@ __all__ = [
     "AnswerState",
     "CiteAfterWord",
     "CiteClosed",
+    "ClaimWords",
+    "ClauseEnd",
     "CodeCopy",
     "EndBias",
     "EndIntent",
@@ -51,6 +59,16 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _NAME_TAIL = re.compile(r"[A-Za-z0-9_.]*$")
 _AFTER_PUNCTUATION = re.compile(rb"[,;:(] ?$")
+CHAIN_SHARE = 0.5
+"""The share of the model's probability on ``,`` and ``;`` from which ``ClauseEnd`` acts: the
+model wants to chain more than anything else."""
+SUBORDINATORS = frozenset({
+    "after", "although", "as", "because", "before", "if", "once", "since", "though", "unless",
+    "until", "when", "whenever", "where", "whereas", "wherever", "while",
+})
+"""First words of a clause that is not yet a claim: ``ClauseEnd`` leaves its comma alone."""
+# A word of a claim, as a reader counts them: ``re.split`` is two, ``don't`` one.
+_CLAIM_WORD = re.compile(r"[\w'-]+")
 # Where the grammar starts a new sentence: after a cite-group and its terminator.
 _SENTENCE_END = re.compile(r"\][.!?]")
 # The end of a word a sentence can be cited after: a letter, digit or closing quote or bracket.
@@ -215,6 +233,85 @@ def _is_open(claim: str) -> bool:
         or claim.count('"') % 2 == 1
         or claim.count("`") % 2 == 1
     )
+
+
+class ClauseEnd(Lever):
+    """Where a claim a source supports has stated something new, a clause chained on it is cited.
+
+    A small model chains a clause onto a complete claim instead of citing it (``... completed on
+    31 March 1889, but it was actually finished on 1889 [2].``), and the clause adds nothing the
+    source holds. Once the claim holds ``min_words`` words, a source supports it at ``threshold``
+    or more (``support``, 0..1) and it holds a content word the question does not (it has said
+    something, not only restated the question; nor a dependent clause still waiting for its main
+    one, ``If ...``, ``When ...``), where the model wants ``,`` or ``;`` (they hold
+    ``CHAIN_SHARE`` of its probability or more, before the masks) the probability of chaining
+    goes to the marker openers and those tokens are removed: the claim is cited where it is
+    complete. Only while another token remains.
+    """
+
+    needs_raw = True
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        support: Support,
+        question: str,
+        *,
+        threshold: float,
+        min_words: int = 5,
+    ) -> None:
+        self._vocab = vocab
+        self._support = support
+        self._asked = set(content_words(question))
+        self._threshold = threshold
+        self._min_words = min_words
+
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        wanted = edits.wanted()
+        if wanted is None or not wanted.may_open or wanted.chain_share < CHAIN_SHARE:
+            return
+        if not 0 < wanted.chain_over_open < math.inf:
+            return
+        text = state.text
+        if text.endswith("]") or not _ENDS_A_WORD.search(text):
+            return
+        claim = claim_of(text)
+        words = _CLAIM_WORD.findall(claim)
+        if len(words) < self._min_words or _is_open(claim):
+            return
+        if words[0].lower() in SUBORDINATORS and "," not in claim:
+            return  # "If you want to silence the error," needs its main clause
+        if not set(content_words(claim)) - self._asked:
+            return
+        if max(self._support.scores(claim)) < self._threshold:
+            return
+        edits.add(self._vocab.openers, math.log1p(wanted.chain_over_open))
+        edits.remove(self._vocab.chainers)
+
+    def _wanted(self, raw: torch.Tensor, logits: torch.Tensor) -> dict[int, Wanted]:
+        vocab = self._vocab
+        reader = WantedReader(vocab.enders, vocab.openers, logits.device, chainers=vocab.chainers)
+        return reader.after(reader.before(raw, [0]), logits, [0])
+
+
+class ClaimWords(Lever):
+    """Keeps a marker from opening before its claim holds ``minimum`` words.
+
+    A sentence that is only a marker's carrier (``The Queue [3].``, ``The comparison [2][3].``)
+    names nothing a reader can check. A marker stacked on another (``[1][2]``) cites the same
+    claim and is left free. Only while another token remains: at the sentence bound the marker
+    still opens.
+    """
+
+    def __init__(self, vocab: Vocabulary, minimum: int) -> None:
+        self._all = torch.cat([vocab.glued_openers, vocab.openers])
+        self._minimum = minimum
+
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        if state.data.endswith(b"]"):
+            return
+        if len(_CLAIM_WORD.findall(claim_of(state.text))) < self._minimum:
+            edits.remove(self._all)
 
 
 class PeriodAfterMarker(Lever):
@@ -631,6 +728,13 @@ def levers_for(
         levers.append(CiteAfterWord(vocab))
     if settings.cite_closed:
         levers.append(CiteClosed(vocab))
+    if settings.min_claim_words:
+        levers.append(ClaimWords(vocab, settings.min_claim_words))
+    if settings.clause_support is not None:
+        levers.append(ClauseEnd(
+            vocab, (evidence or LexicalEvidence()).bind(question, sources), question,
+            threshold=settings.clause_support,
+        ))
     if settings.period_after_marker:
         levers.append(PeriodAfterMarker(vocab))
     if settings.number_penalty:

@@ -203,10 +203,12 @@ class Steering:
         edits.apply(logits)
 
     def _reader(self, vocab: Vocabulary, device: torch.device) -> WantedReader:
-        """The ``WantedReader`` of the vocabulary's enders and openers on ``device``, built once."""
+        """The ``WantedReader`` of the vocabulary's enders, openers and chainers, built once."""
         key = (id(vocab), device)
         if key not in self._readers:
-            self._readers[key] = WantedReader(vocab.enders, vocab.openers, device)
+            self._readers[key] = WantedReader(
+                vocab.enders, vocab.openers, device, chainers=vocab.chainers
+            )
         return self._readers[key]
 
 

@@ -45,6 +45,8 @@ class Vocabulary:
         """Tokens that begin with a sentence terminator."""
         self.loud_enders = _ids(vocab, lambda raw: raw[:1] in (b"!", b"?"))
         """Tokens that begin with ``!`` or ``?``."""
+        self.chainers = _ids(vocab, lambda raw: raw[:1] in (b",", b";"))
+        """Tokens that begin with ``,`` or ``;``: what chains a clause onto a claim."""
         self.openers = _ids(vocab, lambda raw: raw.lstrip(b" ").startswith(b"["))
         """Tokens that open a marker (``[``, `` [``)."""
         self.glued_openers = _ids(vocab, lambda raw: re.search(rb"[,;:(] ?\[", raw))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,8 @@ from citeformer.decoding.edits import StepEdits, WantedReader
 from citeformer.decoding.levers import (
     AnswerState,
     CiteAfterWord,
+    ClaimWords,
+    ClauseEnd,
     EndBias,
     EndIntent,
     Lever,
@@ -22,6 +26,8 @@ from citeformer.decoding.levers import (
 )
 from citeformer.decoding.steering import _apply_bitmask
 from citeformer.decoding.vocab import Vocabulary
+from citeformer.evidence import LexicalEvidence
+from citeformer.types import Source
 
 VOCAB = [
     b"<eos>", b"Paris", b" is", b" [", b"[", b"1", b"]", b".", b".\n", b",", b" in", b"8",
@@ -30,6 +36,9 @@ VOCAB = [
 TOKENS = Vocabulary(VOCAB)
 TOKEN = {raw.decode(): index for index, raw in enumerate(VOCAB)}
 NEG = float("-inf")
+
+QUESTION = "Where is Paris?"
+SUPPORT = LexicalEvidence().bind(QUESTION, [Source("Paris is the capital of France.")])
 
 ANSWERS = [
     ("Paris", " is", " the", " capital", " is", " the"),
@@ -43,6 +52,8 @@ def levers() -> list[Lever]:
     return [
         EndIntent(TOKENS, required=True),
         CiteAfterWord(TOKENS),
+        ClaimWords(TOKENS, 3),
+        ClauseEnd(TOKENS, SUPPORT, QUESTION, threshold=0.5, min_words=3),
         PeriodAfterMarker(TOKENS),
         NumberCopy(TOKENS, ["Paris is 18 km wide."], 2.0),
         RepeatBlock(2, TOKENS.exempt),
@@ -82,7 +93,7 @@ def one_lever_at_a_time(
 
 def test_a_batch_of_edits_equals_each_lever_on_its_own_row() -> None:
     raw, masked = masked_scores(len(ANSWERS))
-    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device)
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
     rows = list(range(len(ANSWERS)))
     edits = StepEdits(reader.after(reader.before(raw, rows), masked, rows))
     out = masked.clone()
@@ -194,3 +205,16 @@ def test_ids_may_be_a_list_a_tensor_or_an_array() -> None:
     edits.add([], 3.0)  # nothing to do
     edits.apply(scores)
     assert scores[0].tolist() == [NEG, NEG, NEG, 0.0, 0.0]
+
+
+def test_the_reader_gives_the_chainers_share_of_all_probability_and_over_the_openers() -> None:
+    raw = torch.zeros(1, len(VOCAB))
+    raw[0, TOKEN[","]] = math.log(6.0)  # e^0 for each other token: 19 of them
+    masked = raw.clone()
+    masked[0, TOKEN["["]] = NEG  # one of the two openers masked
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
+    wanted = reader.after(reader.before(raw, [0]), masked, [0])[0]
+    assert wanted.chain_share == pytest.approx(6 / 25)
+    assert wanted.chain_over_open == pytest.approx(6.0)
+    plain = WantedReader(TOKENS.enders, TOKENS.openers, raw.device)
+    assert plain.after(plain.before(raw, [0]), masked, [0])[0].chain_share == 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -12,6 +13,8 @@ from citeformer.decoding.levers import (
     AnswerState,
     CiteAfterWord,
     CiteClosed,
+    ClaimWords,
+    ClauseEnd,
     CodeCopy,
     EndBias,
     EndIntent,
@@ -27,7 +30,7 @@ from citeformer.decoding.levers import (
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.evidence import LexicalEvidence, Support
 from citeformer.readability import OFF, Readability
-from citeformer.types import Policy
+from citeformer.types import Policy, Source
 
 VOCAB = [
     b"<eos>", b"Paris", b" is", b" [", b"[", b"1", b"]", b".", b".\n", b",", b" in", b"8",
@@ -318,6 +321,96 @@ def test_a_marker_still_opens_inside_an_open_span_at_the_sentence_bound() -> Non
     assert out[0, SPANS.index(b" [")] == 1.0
 
 
+@pytest.mark.parametrize(
+    ("answer", "blocked"),
+    [
+        ((), True),                                          # [1] as the whole sentence
+        ((" x",), True),                                     # x [1].
+        ((" x", " is"), True),                               # x is [1].
+        ((" x", " is", " x"), False),                        # x is x [1].
+        ((" x", " is", " x", " [", "1", "]"), False),        # x is x [1][2]: stacked
+        ((" x", " is", " x", " [", "1", "]", ".", " x"), True),  # the next sentence counts anew
+        ((" x", " is", " x", ".", " x", " is"), True),      # and so does an uncited one's
+        ((" x", " is", " (", " x", ")"), False),             # x is (x) [1].: punctuation is no word
+    ],
+)
+def test_no_marker_before_the_claim_holds_three_words(
+    answer: tuple[str, ...], blocked: bool
+) -> None:
+    state = AnswerState(SPAN_VOCAB.token_bytes)
+    for text in answer:
+        state.append(SPANS.index(text.encode()))
+    out = torch.zeros(1, len(SPANS))
+    ClaimWords(SPAN_VOCAB, 3).apply(state, out)
+    assert bool(out[0, SPANS.index(b" [")] == NEG) is blocked
+    assert bool(out[0, SPANS.index(b"[")] == NEG) is blocked
+    assert out[0, SPANS.index(b" x")] == 0.0  # writing on is what is left
+
+
+def test_a_marker_still_opens_after_a_short_claim_when_nothing_else_is_allowed() -> None:
+    state = AnswerState(SPAN_VOCAB.token_bytes)
+    state.append(SPANS.index(b" x"))
+    out = torch.full((1, len(SPANS)), NEG)
+    out[0, SPANS.index(b" [")] = 1.0  # the grammar allows only a marker
+    ClaimWords(SPAN_VOCAB, 3).apply(state, out)
+    assert out[0, SPANS.index(b" [")] == 1.0
+
+
+CLAUSES = [b"<eos>", b"Paris", b"If", b" is", b" the", b" capital", b" of", b" France", b",",
+           b", but", b" [", b"[", b"1", b"]", b".", b";"]
+CLAUSE_VOCAB = Vocabulary(CLAUSES)
+CLAIM = ("Paris", " is", " the", " capital", " of", " France")
+CHAINERS = (b",", b", but", b";")
+
+
+def clause_end(
+    answer: tuple[str, ...], *, question: str = "Where is Paris?",
+    source: str = "Paris is the capital of France.", comma: float = 4.0,
+) -> list[float]:
+    """``ClauseEnd``'s logits after ``answer`` where the model gives each token that begins with
+    ``,`` or ``;`` the score ``comma``."""
+    state = AnswerState(CLAUSE_VOCAB.token_bytes)
+    for text in answer:
+        state.append(CLAUSES.index(text.encode()))
+    raw = torch.zeros(1, len(CLAUSES))
+    for chainer in CHAINERS:
+        raw[0, CLAUSES.index(chainer)] = comma
+    out = raw.clone()
+    support = LexicalEvidence().bind(question, [Source(source)])
+    ClauseEnd(CLAUSE_VOCAB, support, question, threshold=0.9).apply(state, out, raw)
+    return out[0].tolist()  # type: ignore[no-any-return]
+
+
+def test_a_clause_chained_on_a_supported_claim_is_cited_instead() -> None:
+    out = clause_end(CLAIM)
+    for chainer in CHAINERS:
+        assert out[CLAUSES.index(chainer)] == NEG
+    # The openers (two, e^0 each) carry their own probability and the chainers' (three, e^4).
+    p_chain_over_open = 3 * math.exp(4.0) / 2
+    assert out[CLAUSES.index(b" [")] == pytest.approx(math.log1p(p_chain_over_open), rel=1e-5)
+    assert out[CLAUSES.index(b" of")] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "options"),
+    [
+        (CLAIM, {"question": "Is Paris the capital of France?"}),  # says nothing new
+        (CLAIM, {"source": "Rome is the capital of Italy."}),      # no source supports it
+        (CLAIM, {"comma": -4.0}),                                  # the model wants no comma
+        (CLAIM, {"comma": 1.0}),  # above the openers but under half the probability: not "wants"
+        (CLAIM[:4], {}),                                           # four words: not yet a claim
+        (("If", *CLAIM[1:]), {}),                         # a dependent clause waits for its main
+        ((*CLAIM, " [", "1", "]"), {}),                            # cited already
+    ],
+)
+def test_a_clause_is_left_alone_where_the_claim_is_no_supported_answer_yet(
+    answer: tuple[str, ...], options: dict[str, Any]
+) -> None:
+    comma = options.get("comma", 4.0)
+    untouched = [comma if raw in CHAINERS else 0.0 for raw in CLAUSES]
+    assert clause_end(answer, **options) == untouched
+
+
 NAMES = [b"<eos>", b" is", b" `", b"`", b"text", b"wrap", b".", b"wr", b"_whitesp", b" expand",
          b"tabs", b" foo", b" x", b"."]
 NAME_VOCAB = Vocabulary(NAMES)
@@ -417,7 +510,8 @@ def test_levers_of_a_request_in_the_order_they_act() -> None:
     request = build_request("When?", sources, Policy.REQUIRED, readability=settings)
     levers = levers_for(request, TOKENS, [0], LexicalEvidence())
     assert [type(lever).__name__ for lever in levers] == [
-        "EndIntent", "CiteAfterWord", "CiteClosed", "PeriodAfterMarker", "NumberCopy",
+        "EndIntent", "CiteAfterWord", "CiteClosed", "ClaimWords", "ClauseEnd", "PeriodAfterMarker",
+        "NumberCopy",
         "RepeatBlock",
         "WordRepeatBlock", "PunctuationRun", "WrapUp", "EndBias", "EvidenceBias",
     ]
@@ -441,6 +535,7 @@ def test_levers_of_a_request_in_the_order_they_act() -> None:
         ({"period_after_marker": None}, "period_after_marker must be True or False"),
         ({"wrap_up_words": -1}, "wrap_up_words must be an int >= 0"),
         ({"max_punctuation_run": 2.5}, "max_punctuation_run must be an int >= 0"),
+        ({"min_claim_words": "3"}, "min_claim_words must be an int >= 0 .0: off., got .3."),
     ],
 )
 def test_bad_settings_are_named(options: dict[str, object], message: str) -> None:

@@ -16,8 +16,8 @@ verbatim quotes are untouched:
   reader notices: ``... is a function that executes [1]. It is a function that executes ...``.
 - claim words: a marker waits until the claim it cites holds three words, so no sentence is only
   a marker's carrier (``The Queue [3].``).
-- clause end: where a supported claim has said something new and the model wants a comma, it
-  cites instead of chaining a clause the source does not hold.
+- clause end (``REQUIRED``): where a supported claim has said something new and the model
+  wants a comma, it cites instead of chaining a clause the source does not hold.
 - period after a marker: a cited sentence ends with ``.``; ``!`` and ``?`` after a cite-group
   were a small model's escape to go on writing.
 - wrap up: near the grammar's sentence bound, citing where a word ends becomes likely, so a long
@@ -85,11 +85,11 @@ class Readability:
     a marker stacked on another is free (0: off)."""
 
     clause_support: float | None = 0.9
-    """Where a claim of five words or more says something the question did not and a source
-    supports it at this score or more (the evidence scorer's, 0..1), the wish to chain a clause
-    on it (half the model's probability or more on ``,`` ``;``) opens a marker instead:
-    ``... on 31 March 1889 [2].``, not ``..., but it was actually finished on 1889 [2].`` A
-    dependent clause (``If ...``, ``When ...``) keeps its comma. ``None``: off."""
+    """``REQUIRED``: where a claim of five words or more says something the question did not
+    and a source supports it at this score or more (the evidence scorer's, 0..1), the wish to
+    chain a clause on it (half the model's probability or more on ``,`` ``;``) opens a marker
+    instead: ``... on 31 March 1889 [2].``, not ``..., but it was actually finished on 1889
+    [2].`` A dependent clause (``If ...``, ``When ...``) keeps its comma. ``None``: off."""
 
     period_after_marker: bool = True
     """After a cite-group the sentence ends with ``.``, not ``!`` or ``?``, which a small model
@@ -118,7 +118,10 @@ class Readability:
                 f"auto_cite_support must be between 0 and 1 or None, got "
                 f"{self.auto_cite_support!r}"
             )
-        if self.clause_support is not None and not 0 <= self.clause_support <= 1:
+        clause = self.clause_support
+        if clause is not None and (
+            isinstance(clause, bool) or not isinstance(clause, int | float) or not 0 <= clause <= 1
+        ):
             raise InvalidInputError(
                 f"clause_support must be between 0 and 1 or None, got {self.clause_support!r}"
             )

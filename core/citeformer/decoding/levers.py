@@ -730,7 +730,7 @@ def levers_for(
         levers.append(CiteClosed(vocab))
     if settings.min_claim_words:
         levers.append(ClaimWords(vocab, settings.min_claim_words))
-    if settings.clause_support is not None:
+    if settings.clause_support is not None and policy is Policy.REQUIRED:
         levers.append(ClauseEnd(
             vocab, (evidence or LexicalEvidence()).bind(question, sources), question,
             threshold=settings.clause_support,

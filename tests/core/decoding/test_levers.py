@@ -518,6 +518,9 @@ def test_levers_of_a_request_in_the_order_they_act() -> None:
     assert [type(lever).__name__ for lever in levers_for(request, TOKENS, [0], None)][-1] == (
         "EndBias"
     )
+    auto = build_request("When?", sources, Policy.AUTO, readability=settings)
+    auto_levers = [type(lever).__name__ for lever in levers_for(auto, TOKENS, [0], None)]
+    assert "ClauseEnd" not in auto_levers and "ClaimWords" in auto_levers
     off = build_request("When?", sources, Policy.AUTO, readability=OFF)
     assert levers_for(off, TOKENS, [0], None) == []
 
@@ -536,6 +539,8 @@ def test_levers_of_a_request_in_the_order_they_act() -> None:
         ({"wrap_up_words": -1}, "wrap_up_words must be an int >= 0"),
         ({"max_punctuation_run": 2.5}, "max_punctuation_run must be an int >= 0"),
         ({"min_claim_words": "3"}, "min_claim_words must be an int >= 0 .0: off., got .3."),
+        ({"clause_support": 1.5}, "clause_support must be between 0 and 1 or None, got 1.5"),
+        ({"clause_support": "0.9"}, "clause_support must be between 0 and 1 or None, got .0.9."),
     ],
 )
 def test_bad_settings_are_named(options: dict[str, object], message: str) -> None:

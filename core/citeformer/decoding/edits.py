@@ -22,9 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["StepEdits", "Wanted", "WantedReader"]
+__all__ = ["CHAIN_SHARE", "StepEdits", "Wanted", "WantedReader"]
 
 _NEG = float("-inf")
+
+CHAIN_SHARE = 0.5
+"""The share of the model's probability on ``,`` and ``;`` from which it wants to chain a clause
+(``ClauseEnd``): more than on anything else; below it ``Wanted.chain_share`` is only bounded."""
 
 Ids = torch.Tensor | np.ndarray | Sequence[int]
 """Token ids: a CPU tensor, an array or a list."""
@@ -45,7 +49,8 @@ class Wanted:
     """The probability of the tokens that chain a clause (``,`` ``;``) over that of the allowed
     marker openers, where the reader was given them (else 0)."""
     chain_share: float = 0.0
-    """The probability of those tokens among all (the softmax's), where given (else 0)."""
+    """The probability of those tokens among all (the softmax's) where it may reach
+    ``CHAIN_SHARE``; 0 where it cannot (or where the reader was not given them)."""
 
 
 class StepEdits:
@@ -194,9 +199,26 @@ class WantedReader:
         index = self._index(rows)
         scores = logits[index, self._ids].float()
         if self._ids.shape[1] > self._chain:
-            normalizer = torch.logsumexp(logits[index[:, 0]].float(), dim=-1, keepdim=True)
-            scores = torch.cat([scores, normalizer], dim=1)
+            scores = torch.cat([scores, self._normalizers(logits, rows, scores)[:, None]], dim=1)
         return scores.cpu().numpy()
+
+    def _normalizers(
+        self, logits: torch.Tensor, rows: Sequence[int], scores: torch.Tensor
+    ) -> torch.Tensor:
+        """Each row's log-normalizer where the chainers may hold ``CHAIN_SHARE`` of its probability.
+
+        Elsewhere ``inf`` (a share of 0): their share is at most ``exp(chained - top)``, so a row
+        whose chainers fall ``-log CHAIN_SHARE`` below its top score is settled by one max, not
+        a logsumexp over the vocabulary.
+        """
+        every = len(rows) == logits.shape[0] and list(rows) == list(range(len(rows)))
+        own = logits if every else logits[self._index(rows)[:, 0]]
+        chained = torch.logsumexp(scores[:, self._chain:], dim=-1)
+        maybe = chained - own.amax(dim=-1).float() >= math.log(CHAIN_SHARE)
+        normalizers = torch.full_like(chained, math.inf)
+        if bool(maybe.any()):
+            normalizers[maybe] = torch.logsumexp(own[maybe].float(), dim=-1)
+        return normalizers
 
     def _index(self, rows: Sequence[int]) -> torch.Tensor:
         key = tuple(rows)

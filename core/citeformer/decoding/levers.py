@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from citeformer.decoding.edits import StepEdits, Wanted, WantedReader
+from citeformer.decoding.edits import CHAIN_SHARE, StepEdits, Wanted, WantedReader
 from citeformer.decoding.vocab import PUNCTUATION, WORD, Vocabulary
 from citeformer.evidence.scoring import (
     Evidence,
@@ -59,9 +59,6 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _NAME_TAIL = re.compile(r"[A-Za-z0-9_.]*$")
 _AFTER_PUNCTUATION = re.compile(rb"[,;:(] ?$")
-CHAIN_SHARE = 0.5
-"""The share of the model's probability on ``,`` and ``;`` from which ``ClauseEnd`` acts: the
-model wants to chain more than anything else."""
 SUBORDINATORS = frozenset({
     "after", "although", "as", "because", "before", "if", "once", "since", "though", "unless",
     "until", "when", "whenever", "where", "whereas", "wherever", "while",

@@ -218,3 +218,18 @@ def test_the_reader_gives_the_chainers_share_of_all_probability_and_over_the_ope
     assert wanted.chain_over_open == pytest.approx(6.0)
     plain = WantedReader(TOKENS.enders, TOKENS.openers, raw.device)
     assert plain.after(plain.before(raw, [0]), masked, [0])[0].chain_share == 0.0
+
+
+def test_a_row_whose_chainers_cannot_reach_half_is_settled_without_its_normalizer() -> None:
+    raw = torch.zeros(3, len(VOCAB))
+    raw[0, TOKEN[","]] = math.log(6.0)  # the top score: its share is read exactly, 6 / 25
+    raw[1, TOKEN[" the"]] = 10.0        # "," is 10 below the top: under a half for sure
+    raw[2, TOKEN[","]] = 10.0           # nearly all the probability
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
+    for rows in ([0, 1, 2], [2, 1]):  # every row in order, or a gather of some
+        wanted = reader.after(reader.before(raw, rows), raw.clone(), rows)
+        if 0 in wanted:
+            assert wanted[0].chain_share == pytest.approx(6 / 25)
+        assert wanted[1].chain_share == 0.0
+        assert wanted[1].chain_over_open == pytest.approx(0.5)  # its ratio is still read
+        assert wanted[2].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + 19))

@@ -64,8 +64,6 @@ SUBORDINATORS = frozenset({
     "until", "when", "whenever", "where", "whereas", "wherever", "while",
 })
 """First words of a clause that is not yet a claim: ``ClauseEnd`` leaves its comma alone."""
-# A word of a claim, as a reader counts them: ``re.split`` is two, ``don't`` one.
-_CLAIM_WORD = re.compile(r"[\w'-]+")
 # Where the grammar starts a new sentence: after a cite-group and its terminator.
 _SENTENCE_END = re.compile(r"\][.!?]")
 # The end of a word a sentence can be cited after: a letter, digit or closing quote or bracket.
@@ -75,10 +73,11 @@ _ENDS_A_WORD = re.compile(r"[\w\"'`)\u2019\u201d]$")
 class AnswerState:
     """One answer being written: its token ids and bytes so far, and its text.
 
-    Appended once per generated token; the text is decoded once per step, on first read.
+    Appended once per generated token; the text is decoded, and the claim it ends in found, once
+    per step, on first read.
     """
 
-    __slots__ = ("_text", "data", "token_bytes", "tokens")
+    __slots__ = ("_claim", "_text", "data", "token_bytes", "tokens")
 
     def __init__(self, token_bytes: Sequence[bytes]) -> None:
         self.token_bytes = token_bytes
@@ -87,12 +86,13 @@ class AnswerState:
         self.data = bytearray()
         """The answer's raw bytes."""
         self._text: str | None = ""
+        self._claim: str | None = None
 
     def append(self, token_id: int) -> None:
         """Add one generated token."""
         self.tokens.append(token_id)
         self.data += self.token_bytes[token_id]
-        self._text = None
+        self._text = self._claim = None
 
     @property
     def text(self) -> str:
@@ -100,6 +100,13 @@ class AnswerState:
         if self._text is None:
             self._text = self.data.decode("utf-8", errors="replace")
         return self._text
+
+    @property
+    def claim(self) -> str:
+        """The claim a marker opened now would cite (``claim_of`` the text)."""
+        if self._claim is None:
+            self._claim = claim_of(self.text)
+        return self._claim
 
 
 class Lever:
@@ -183,7 +190,7 @@ class EndIntent(Lever):
         text = state.text
         if text.rstrip().endswith("]"):
             return 0.0  # already cited
-        claim = claim_of(text)
+        claim = state.claim
         if len(claim.split()) < 3:
             return 0.0
         best = max(self._support.scores(claim))
@@ -218,7 +225,7 @@ class CiteClosed(Lever):
         self._all = torch.cat([vocab.glued_openers, vocab.openers])
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        if _is_open(claim_of(state.text)):
+        if _is_open(state.claim):
             edits.remove(self._all)
 
 
@@ -272,8 +279,8 @@ class ClauseEnd(Lever):
         text = state.text
         if text.endswith("]") or not _ENDS_A_WORD.search(text):
             return
-        claim = claim_of(text)
-        words = _CLAIM_WORD.findall(claim)
+        claim = state.claim
+        words = WORD.findall(claim)
         if len(words) < self._min_words or _is_open(claim):
             return
         if words[0].lower() in SUBORDINATORS and "," not in claim:
@@ -307,7 +314,7 @@ class ClaimWords(Lever):
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         if state.data.endswith(b"]"):
             return
-        if len(_CLAIM_WORD.findall(claim_of(state.text))) < self._minimum:
+        if len(WORD.findall(state.claim)) < self._minimum:
             edits.remove(self._all)
 
 

@@ -283,6 +283,14 @@ SPANS = [b"<eos>", b" is", b" (", b"(", b")", b' "', b'"', b"`", " \u201c".encod
 SPAN_VOCAB = Vocabulary(SPANS)
 
 
+def span_state(answer: tuple[str, ...]) -> AnswerState:
+    """The answer written so far, one token of ``SPANS`` per text."""
+    state = AnswerState(SPAN_VOCAB.token_bytes)
+    for text in answer:
+        state.append(SPANS.index(text.encode()))
+    return state
+
+
 @pytest.mark.parametrize(
     ("answer", "blocked"),
     [
@@ -301,9 +309,7 @@ SPAN_VOCAB = Vocabulary(SPANS)
 def test_no_marker_inside_a_span_the_claim_left_open(
     answer: tuple[str, ...], blocked: bool
 ) -> None:
-    state = AnswerState(SPAN_VOCAB.token_bytes)
-    for text in answer:
-        state.append(SPANS.index(text.encode()))
+    state = span_state(answer)
     out = torch.zeros(1, len(SPANS))
     CiteClosed(SPAN_VOCAB).apply(state, out)
     assert bool(out[0, SPANS.index(b" [")] == NEG) is blocked
@@ -312,9 +318,7 @@ def test_no_marker_inside_a_span_the_claim_left_open(
 
 
 def test_a_marker_still_opens_inside_an_open_span_at_the_sentence_bound() -> None:
-    state = AnswerState(SPAN_VOCAB.token_bytes)
-    for text in (" is", " (", " x"):
-        state.append(SPANS.index(text.encode()))
+    state = span_state((" is", " (", " x"))
     out = torch.full((1, len(SPANS)), NEG)
     out[0, SPANS.index(b" [")] = 1.0  # the grammar allows only a marker
     CiteClosed(SPAN_VOCAB).apply(state, out)
@@ -337,9 +341,7 @@ def test_a_marker_still_opens_inside_an_open_span_at_the_sentence_bound() -> Non
 def test_no_marker_before_the_claim_holds_three_words(
     answer: tuple[str, ...], blocked: bool
 ) -> None:
-    state = AnswerState(SPAN_VOCAB.token_bytes)
-    for text in answer:
-        state.append(SPANS.index(text.encode()))
+    state = span_state(answer)
     out = torch.zeros(1, len(SPANS))
     ClaimWords(SPAN_VOCAB, 3).apply(state, out)
     assert bool(out[0, SPANS.index(b" [")] == NEG) is blocked
@@ -348,8 +350,7 @@ def test_no_marker_before_the_claim_holds_three_words(
 
 
 def test_a_marker_still_opens_after_a_short_claim_when_nothing_else_is_allowed() -> None:
-    state = AnswerState(SPAN_VOCAB.token_bytes)
-    state.append(SPANS.index(b" x"))
+    state = span_state((" x",))
     out = torch.full((1, len(SPANS)), NEG)
     out[0, SPANS.index(b" [")] = 1.0  # the grammar allows only a marker
     ClaimWords(SPAN_VOCAB, 3).apply(state, out)

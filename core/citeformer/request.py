@@ -245,9 +245,30 @@ class GenerationRequest:
         ``Band.ANSWER`` without ``refusal`` or without the grammar; measured once, when first
         read (by the generator, before it runs the model).
         """
-        if self.refusal is None or not self.constrained:
+        support = self.refusal_support
+        if self.refusal is None or support is None:
             return Band.ANSWER
-        return self.refusal.band(self.question, self.sources, self.history)
+        return self.refusal.band_at(support)
+
+    @cached_property
+    def refusal_support(self) -> float | None:
+        """How well the sources support the question (``Refusal.score``), where it is measured.
+
+        ``None`` without ``refusal`` or the grammar, or with nothing to decide (a threshold of 0
+        and no offer).
+        """
+        refusal = self.refusal
+        if refusal is None or not self.constrained:
+            return None
+        if refusal.limit == 0 and refusal.offer_below is None:
+            return None
+        return refusal.score(self.question, self.sources, self.history)
+
+    def refusal_reason(self) -> str | None:
+        """Why the answer is, or may be, the refusal (``Refusal.explain``), where it is measured."""
+        if self.refusal is None or self.refusal_support is None:
+            return None
+        return self.refusal.explain(self.question, self.sources, self.history)
 
     @property
     def offered_refusal(self) -> str | None:

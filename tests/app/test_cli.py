@@ -817,7 +817,9 @@ def test_a_question_the_passages_do_not_answer_is_refused_without_the_server(
     assert code == 0, err
     assert out.splitlines()[0] == "The sources do not answer this question."
     assert "[1]" not in out and served.server.bodies == []
-    assert "the retrieved passages do not answer the question (--no-refusal" in err
+    assert ("the retrieved passages do not answer the question: support 0.00 < threshold 0.5 "
+            "(lexical: the best passage, or pair of passages, holds 0 of the question's 2 words, "
+            'not "peru", "population") (--no-refusal answers anyway)') in err
 
 
 def test_a_refusal_in_json_is_abstained_with_no_citation(served, docs, capsys) -> None:
@@ -826,6 +828,22 @@ def test_a_refusal_in_json_is_abstained_with_no_citation(served, docs, capsys) -
     answer = json.loads(out)
     assert code == 0 and answer["abstained"] is True and answer["citations"] == []
     assert answer["text"] == "The sources do not answer this question."
+    refusal = answer["refusal"]
+    assert (refusal["measure"], refusal["support"], refusal["threshold"]) == ("lexical", 0.0, 0.5)
+    assert refusal["offer_below"] is None and '"peru"' in refusal["reason"]
+
+
+def test_json_without_refusal_says_so_and_an_answer_holds_its_support(
+    served, docs, capsys
+) -> None:
+    _, off, _ = run(capsys, "ask", "What is the population of Peru?", "--docs", str(docs),
+                    "--server", "http://h:1", "--json", "--no-refusal", services=served.services)
+    assert json.loads(off)["refusal"] is None
+    _, out, _ = run(capsys, "ask", "What is the capital of France?", "--docs", str(docs),
+                    "--server", "http://h:1", "--json", services=served.services)
+    refusal = json.loads(out)["refusal"]
+    assert refusal["support"] >= refusal["threshold"] and not json.loads(out)["abstained"]
+    assert refusal["reason"].startswith(f"support {refusal['support']:.2f} >= threshold 0.5")
 
 
 @pytest.mark.parametrize("option", [["--no-refusal"], ["--refusal-threshold", "0"]])

@@ -28,6 +28,12 @@ def answer(text: str, policy: str = "required", hits: list[Hit] = HITS):
     return FakeGenerator(text).answer(request)
 
 
+def as_json(cited, hits: list[Hit], question: str, policy: str) -> dict:
+    """``answer_json`` of ``cited``, answered to ``question`` over ``hits``."""
+    sources = [hit.passage.to_source(score=round(hit.score, 4)) for hit in hits]
+    return answer_json(cited, hits, build_request(question, sources, policy), policy)
+
+
 def test_the_passages_are_the_files_text() -> None:
     for hit in HITS[:2]:
         assert FILE[hit.passage.start:hit.passage.end] == hit.passage.text
@@ -115,10 +121,15 @@ def test_quotes_are_located_in_their_file() -> None:
 
 def test_json_is_the_answers_dict_with_file_locations() -> None:
     cited = answer('It is "the capital of France" [1].', "quotes_only")
-    data = answer_json(cited, HITS, "Capital?", "quotes_only")
+    data = as_json(cited, HITS, "Capital?", "quotes_only")
     json.dumps(data)  # serialisable as it is
     plain = cited.to_dict()
     assert (data["question"], data["policy"]) == ("Capital?", "quotes_only")
+    assert data["refusal"] == {
+        "measure": "lexical", "support": 1.0, "threshold": 0.5, "offer_below": None,
+        "reason": "support 1.00 >= threshold 0.5 (lexical: the best passage, or pair of "
+                  "passages, holds 1 of the question's 1 word)",
+    }
     for key in ("text", "finish_reason", "prompt_tokens", "generated_tokens"):
         assert data[key] == plain[key]
     assert data["sources"][0] == {
@@ -137,7 +148,7 @@ def test_json_is_the_answers_dict_with_file_locations() -> None:
 
 def test_json_citations_carry_their_evidence_in_the_passage_and_the_file() -> None:
     cited = answer("Berlin is in Germany [2]. Paris is the capital [1].")
-    data = answer_json(cited, HITS, "Capital?", "required")
+    data = as_json(cited, HITS, "Capital?", "required")
     plain = cited.to_dict()["citations"]
     first, second = data["citations"]
     assert {k: first[k] for k in ("source_id", "start", "end")} == {
@@ -163,7 +174,7 @@ def test_a_citation_without_evidence_stays_null() -> None:
     request = build_request("Is it?", sources, "required", max_new_tokens=64)
     cited = FakeGenerator("It is [1].").answer(request)
     assert cited.citations[0].evidence is None
-    data = answer_json(cited, HITS, "Is it?", "required")
+    data = as_json(cited, HITS, "Is it?", "required")
     assert data["citations"][0]["evidence"] is None
     assert format_references(cited, HITS).splitlines()[2:] == ["[1] docs/paris.md, lines 3-4"]
 
@@ -180,7 +191,7 @@ def test_pdf_passages_are_located_by_page() -> None:
     assert format_references(cited, hits).splitlines()[2:] == [
         "[3] r.pdf, page 2", '    page 2, line 2: "The tower is tall."',
     ]
-    evidence = answer_json(cited, hits, "q", "required")["citations"][0]["evidence"]
+    evidence = as_json(cited, hits, "q", "required")["citations"][0]["evidence"]
     assert (evidence["page"], evidence["line"]) == (2, 2)
     assert text[evidence["file_start"]:evidence["file_end"]] == "The tower is tall."
 

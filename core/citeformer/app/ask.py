@@ -138,7 +138,7 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
         answer = generator.answer(request)
 
     if options.output == "json":
-        data = answer_json(answer, hits, question, options.policy)
+        data = answer_json(answer, hits, request, options.policy)
         out.write(json.dumps(data, ensure_ascii=False) + "\n")
     else:
         if options.output == "text":
@@ -146,7 +146,8 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
         out.write(format_references(answer, hits, all_sources=options.all_sources))
     out.flush()
     if answer.abstained:
-        say("the retrieved passages do not answer the question (--no-refusal answers anyway)")
+        say(f"the retrieved passages do not answer the question: {request.refusal_reason()} "
+            "(--no-refusal answers anyway)")
     if answer.finish_reason == "length":
         say(f"the answer was cut off at --max-new-tokens {options.max_new_tokens}")
     return answer

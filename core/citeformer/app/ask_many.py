@@ -242,11 +242,11 @@ def _batch(
                 continue
             asked.append((item, question, hits, request))
         outcomes = answerer.answer([request for *_, request in asked])
-        for (item, question, hits, _), outcome in zip(asked, outcomes, strict=True):
+        for (item, _, hits, request), outcome in zip(asked, outcomes, strict=True):
             if isinstance(outcome, CiteformerError):
                 results[item.line] = _error(item, str(outcome) or type(outcome).__name__)
             else:
-                data = answer_json(outcome, hits, question, options.policy)
+                data = answer_json(outcome, hits, request, options.policy)
                 results[item.line] = {"line": item.line, **data}
     return [results[item.line] for item in chunk]
 

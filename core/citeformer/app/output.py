@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from citeformer import CitedAnswer, EvidenceSpan
+from citeformer import CitedAnswer, EvidenceSpan, GenerationRequest
 from citeformer.app.documents import Passage
 from citeformer.app.retrieval import Hit
 from citeformer.render.markup import evidence_by_source
@@ -76,7 +76,7 @@ def shorten(text: str, limit: int = EVIDENCE_CHARS) -> str:
 
 
 def answer_json(
-    answer: CitedAnswer, hits: Sequence[Hit], question: str, policy: str
+    answer: CitedAnswer, hits: Sequence[Hit], request: GenerationRequest, policy: str
 ) -> dict[str, Any]:
     """The ``--json`` object: ``CitedAnswer.to_dict()`` with where each passage and span is.
 
@@ -86,7 +86,9 @@ def answer_json(
     ``score`` and whether the answer ``cited`` it, in place of the ``metadata`` that held them.
     Each citation's ``evidence`` (offsets ``source_start``/``source_end`` in the passage) and each
     quote also carry ``path``, ``file_start``, ``file_end`` (offsets in the document's text),
-    ``line`` and ``page`` (``None`` but for PDFs).
+    ``line`` and ``page`` (``None`` but for PDFs). ``refusal``: how well the passages support
+    the question (``measure``, ``support``, ``threshold``, ``offer_below``) and, in words, why
+    the answer is or is not the refusal (``reason``); ``None`` with ``--no-refusal``.
     """
     data = answer.to_dict()
     cited = set(answer.cited_ids)
@@ -100,6 +102,12 @@ def answer_json(
     for quote, entry in zip(answer.quotes, data["quotes"], strict=True):
         where = hits[quote.source_id - 1].passage.locate(quote.source_start, quote.source_end)
         entry.update(where.as_dict())
-    return {"question": question, "policy": policy, **data}
+    refusal = request.refusal
+    data["refusal"] = None if refusal is None or request.refusal_support is None else {
+        "measure": refusal.support, "support": round(request.refusal_support, 4),
+        "threshold": refusal.limit, "offer_below": refusal.offer_below,
+        "reason": request.refusal_reason(),
+    }
+    return {"question": request.question, "policy": policy, **data}
 
 

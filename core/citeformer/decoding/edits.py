@@ -16,7 +16,7 @@ scores before any mask, read for every row that asks at once (``WantedReader``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,8 +174,8 @@ class WantedReader:
     ``before`` the masks, the scores of the sentence enders and marker openers; ``after`` them,
     which of those are still allowed; ``Wanted`` is computed from both on the host. Ending and
     citing are weighed by the ratio of their probabilities, which needs no softmax normalizer;
-    given ``chainers``, the rows' normalizers are read too (one reduction per row), for the
-    chainers' share of all the probability.
+    given ``chainers``, the normalizers of the rows whose levers may read the chainers' share of
+    all the probability are read too (``before``'s ``shares``; one reduction per such row).
     """
 
     def __init__(
@@ -191,33 +191,49 @@ class WantedReader:
         self._chain = len(enders) + len(openers)
         self._rows: dict[tuple[int, ...], torch.Tensor] = {}
 
-    def before(self, logits: torch.Tensor, rows: Sequence[int]) -> np.ndarray:
+    def before(
+        self,
+        logits: torch.Tensor,
+        rows: Sequence[int],
+        *,
+        shares: Callable[[int], bool] | None = None,
+    ) -> np.ndarray:
         """The enders', openers' (and chainers') scores in ``rows`` before any mask.
 
-        With chainers, each row's log-normalizer comes last.
+        With chainers, each row's log-normalizer comes last (``_normalizers``); ``shares``
+        tells of a row whether its levers may read the chainers' share at this step (``None``:
+        all of them), and is asked only where one max leaves the share open.
         """
         index = self._index(rows)
         scores = logits[index, self._ids].float()
         if self._ids.shape[1] > self._chain:
-            scores = torch.cat([scores, self._normalizers(logits, rows, scores)[:, None]], dim=1)
+            normalizers = self._normalizers(logits, rows, scores, shares)
+            scores = torch.cat([scores, normalizers[:, None]], dim=1)
         return scores.cpu().numpy()
 
     def _normalizers(
-        self, logits: torch.Tensor, rows: Sequence[int], scores: torch.Tensor
+        self,
+        logits: torch.Tensor,
+        rows: Sequence[int],
+        scores: torch.Tensor,
+        shares: Callable[[int], bool] | None,
     ) -> torch.Tensor:
         """Each row's log-normalizer where the chainers may hold ``CHAIN_SHARE`` of its probability.
 
         Elsewhere ``inf`` (a share of 0): their share is at most ``exp(chained - top)``, so a row
         whose chainers fall ``-log CHAIN_SHARE`` below its top score is settled by one max, not
-        a logsumexp over the vocabulary.
+        a logsumexp over the vocabulary; so is a row whose levers will not read it (``shares``).
         """
         every = len(rows) == logits.shape[0] and list(rows) == list(range(len(rows)))
         own = logits if every else logits[self._index(rows)[:, 0]]
         chained = torch.logsumexp(scores[:, self._chain:], dim=-1)
-        maybe = chained - own.amax(dim=-1).float() >= math.log(CHAIN_SHARE)
+        maybe = (chained - own.amax(dim=-1).float() >= math.log(CHAIN_SHARE)).tolist()
+        picked = [
+            k for k, row in enumerate(rows) if maybe[k] and (shares is None or shares(row))
+        ]
         normalizers = torch.full_like(chained, math.inf)
-        if bool(maybe.any()):
-            normalizers[maybe] = torch.logsumexp(own[maybe].float(), dim=-1)
+        if picked:
+            normalizers[picked] = torch.logsumexp(own[picked].float(), dim=-1)
         return normalizers
 
     def _index(self, rows: Sequence[int]) -> torch.Tensor:

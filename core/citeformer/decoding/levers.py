@@ -115,6 +115,14 @@ class Lever:
     needs_raw = False
     """Whether ``edit`` reads ``edits.wanted()``, drawn from the model's scores before any mask."""
 
+    def shares(self, state: AnswerState) -> bool:
+        """Whether ``edit`` may read ``Wanted.chain_share`` at this step.
+
+        The share costs a reduction over the row's vocabulary: a steering reads it only for the
+        rows whose levers ask.
+        """
+        return False
+
     def edit(self, state: AnswerState, edits: StepEdits) -> None:
         """Ask ``edits`` for this step's changes to the row of the answer ``state`` holds."""
         raise NotImplementedError
@@ -269,25 +277,39 @@ class ClauseEnd(Lever):
         self._asked = set(content_words(question))
         self._threshold = threshold
         self._min_words = min_words
+        # (the answer, its length in tokens, whether it shares then): the one check of a step
+        self._checked: tuple[AnswerState | None, int, bool] = (None, -1, False)
+
+    def shares(self, state: AnswerState) -> bool:
+        """Whether the claim so far is one whose chained clause is cited instead.
+
+        The text's part of the rule (the model's wish to chain is the other), found once per step.
+        """
+        seen, length, shares = self._checked
+        if seen is not state or length != len(state.tokens):
+            shares = self._complete(state)
+            self._checked = (state, len(state.tokens), shares)
+        return shares
+
+    def _complete(self, state: AnswerState) -> bool:
+        text = state.text
+        if text.endswith("]") or not _ENDS_A_WORD.search(text):
+            return False
+        claim = state.claim
+        words = WORD.findall(claim)
+        if len(words) < self._min_words or _is_open(claim):
+            return False
+        if words[0].lower() in SUBORDINATORS and "," not in claim:
+            return False  # "If you want to silence the error," needs its main clause
+        if not set(content_words(claim)) - self._asked:
+            return False
+        return max(self._support.scores(claim)) >= self._threshold
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         wanted = edits.wanted()
         if wanted is None or not wanted.may_open or wanted.chain_share < CHAIN_SHARE:
             return
-        if not 0 < wanted.chain_over_open < math.inf:
-            return
-        text = state.text
-        if text.endswith("]") or not _ENDS_A_WORD.search(text):
-            return
-        claim = state.claim
-        words = WORD.findall(claim)
-        if len(words) < self._min_words or _is_open(claim):
-            return
-        if words[0].lower() in SUBORDINATORS and "," not in claim:
-            return  # "If you want to silence the error," needs its main clause
-        if not set(content_words(claim)) - self._asked:
-            return
-        if max(self._support.scores(claim)) < self._threshold:
+        if not 0 < wanted.chain_over_open < math.inf or not self.shares(state):
             return
         edits.add(self._vocab.openers, math.log1p(wanted.chain_over_open))
         edits.remove(self._vocab.chainers)

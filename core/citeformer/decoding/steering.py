@@ -72,6 +72,11 @@ class RowSteering:
         self.levers = tuple(levers)
         self.needs_raw = any(lever.needs_raw for lever in self.levers)
         """Whether a lever reads the model's scores from before the masks."""
+        self._reading = tuple(lever for lever in self.levers if lever.needs_raw)
+
+    def shares(self) -> bool:
+        """Whether a lever may read the chainers' share of the probability at this step."""
+        return any(lever.shares(self.state) for lever in self._reading)
 
     def advance(self, token_id: int) -> None:
         """Move past one generated token, or raise if the grammar or a quote forbids it."""
@@ -157,7 +162,10 @@ class Steering:
             return
         reading = [i for i, row in rows if row.needs_raw]
         reader = self._reader(rows[0][1].vocab, logits.device) if reading else None
-        raw = reader.before(logits, reading) if reader is not None else None
+        raw = None
+        if reader is not None:
+            steered = dict(rows)
+            raw = reader.before(logits, reading, shares=lambda i: steered[i].shares())
         grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
         allowed: dict[int, int] = {}
         if grammars:
@@ -225,9 +233,11 @@ def _apply_bitmask(
 
     On a GPU, xgrammar's kernel. On a CPU xgrammar's kernel writes one forbidden token at a time:
     fast where few are (0.04 ms for 32 rows of prose), slow where most are (3 ms for 32 rows inside
-    markers). There, past a third of the tokens, the bits are unpacked in one call and selected
-    into the logits without a branch (``_select``). Returns how many tokens each row keeps, where
-    that costs nothing more (on a CPU, with numpy's bit count).
+    markers). There each row is masked the way its count of kept tokens (numpy's bit count) makes
+    cheapest: xgrammar's kernel where a third or less are forbidden, a fill of the row around the
+    few it keeps where it keeps at most ``1/64`` of them (inside a marker), and in between the bits
+    unpacked in one call and selected into the logits without a branch (``_select``). Returns how
+    many tokens each row keeps, where that costs nothing more (on a CPU, with numpy 2).
     """
     if logits.device.type != "cpu":
         mask = bitmask[: logits.shape[0]].to(logits.device, non_blocking=True)
@@ -235,17 +245,40 @@ def _apply_bitmask(
         return {}
     packed = bitmask[indices].numpy()
     width = min(logits.shape[-1], packed.shape[-1] * 32)  # as xgrammar: ids past it untouched
-    counts = {}
-    if hasattr(np, "bitwise_count"):  # numpy 2
-        words = packed[:, : -(-width // 32)].view(np.uint32)  # bitwise_count counts |x| if signed
-        if width % 32:  # ``packed`` is a copy (rows picked by index); bits past width unused
-            words[:, -1] &= (1 << (width % 32)) - 1  # no bit past the vocabulary
-        counts = dict(zip(indices, np.bitwise_count(words).sum(axis=1).tolist(), strict=True))
-    few = counts and 3 * (width * len(indices) - sum(counts.values())) < width * len(indices)
-    if few and logits.dtype is not torch.float64:  # the kernel takes 32- and 16-bit floats
-        # Few tokens forbidden (prose): xgrammar's kernel writes only those, faster than a pass.
-        xgr.apply_token_bitmask_inplace(logits, bitmask, indices=indices)
-        return counts
+    if not hasattr(np, "bitwise_count"):  # numpy 1: no count, every row selected
+        _select_rows(logits, packed, indices, width)
+        return {}
+    words = packed[:, : -(-width // 32)].view(np.uint32)  # bitwise_count counts |x| if signed
+    if width % 32:  # ``packed`` is a copy (rows picked by index); bits past width unused
+        words[:, -1] &= (1 << (width % 32)) - 1  # no bit past the vocabulary
+    kept = np.bitwise_count(words).sum(axis=1)
+    counts = dict(zip(indices, kept.tolist(), strict=True))
+    kinds = np.where(3 * (width - kept) < width, 0, np.where(64 * kept <= width, 1, 2))
+    if logits.dtype is torch.float64:  # xgrammar's kernel takes 32- and 16-bit floats
+        kinds[kinds == 0] = 2
+    few = [k for k in range(len(indices)) if kinds[k] == 0]
+    if few:  # few tokens forbidden (prose): xgrammar's kernel writes only those
+        xgr.apply_token_bitmask_inplace(logits, bitmask, indices=[indices[k] for k in few])
+    sparse = np.flatnonzero(kinds == 1)
+    if len(sparse):  # few kept: save them, fill the rows, put them back
+        # The few words that hold a kept bit, and their bits (``words`` has no bit past width).
+        at, word = np.nonzero(words[sparse])
+        bits = np.unpackbits(words[sparse][at, word].view(np.uint8)[:, None], axis=-1,
+                             bitorder="little").reshape(len(at), 32)
+        which, bit = np.nonzero(bits)
+        rows = torch.from_numpy(np.asarray(indices)[sparse][at[which]])
+        columns = torch.from_numpy(word[which] * 32 + bit)
+        saved = logits[rows, columns]
+        logits[torch.from_numpy(np.asarray(indices)[sparse]), :width] = _NEG
+        logits[rows, columns] = saved
+    middle = np.flatnonzero(kinds == 2)
+    if len(middle):
+        _select_rows(logits, packed[middle], [indices[k] for k in middle], width)
+    return counts
+
+
+def _select_rows(logits: torch.Tensor, packed: np.ndarray, indices: list[int], width: int) -> None:
+    """``_select`` the bits of ``packed`` (a row per index) into those rows of ``logits``."""
     bits = np.unpackbits(packed.view(np.uint8), axis=-1, bitorder="little")[:, :width]
     if indices == list(range(logits.shape[0])):
         _select(logits[:, :width], bits)
@@ -254,8 +287,9 @@ def _apply_bitmask(
         picked = logits[rows, :width]
         _select(picked, bits)
         logits[rows, :width] = picked
-    return counts
 
+
+_NEG = float("-inf")
 
 _BITS = {
     torch.float32: (torch.int32, np.int32), torch.float64: (torch.int64, np.int64),

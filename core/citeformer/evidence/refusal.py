@@ -43,6 +43,7 @@ __all__ = [
     "Band",
     "Refusal",
     "embedding_support",
+    "lexical_cover",
     "lexical_support",
     "question_words",
 ]
@@ -146,24 +147,61 @@ class Refusal:
         A follow-up is weighed with the user's turn before it as well, and the better of the
         two counts (``"When was it built?"`` after a question naming the tower).
         """
-        measure = lexical_support if self.support == "lexical" else embedding_support
-        asked = [question]
-        earlier = [text for role, text in history if role == "user"]
-        if earlier:
-            asked.append(f"{earlier[-1]} {question}")
-        return max(measure(text, sources) for text in asked)
+        return self._weigh(question, sources, history)[0]
 
     def band(
         self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]] = ()
     ) -> Band:
         """What the support of ``question`` by ``sources`` lets the answer be."""
-        limit, offer = self.limit, self.offer_below
-        if limit == 0 and offer is None:
+        if self.limit == 0 and self.offer_below is None:
             return Band.ANSWER  # nothing to measure
-        support = self.score(question, sources, history)
-        if support < limit:
+        return self.band_at(self.score(question, sources, history))
+
+    def explain(
+        self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]] = ()
+    ) -> str:
+        """Why the answer to ``question`` over ``sources`` is in its ``band``, in one line.
+
+        The support against the thresholds and, for the lexical measure, the question's words
+        the best source (or pair of sources) lacks: ``support 0.00 < threshold 0.5 (lexical: the
+        best passage, or pair of passages, holds 0 of the question's 2 words, not "capital",
+        "peru")``.
+        """
+        support, asked = self._weigh(question, sources, history)
+        band = self.band_at(support)
+        if band is Band.REFUSE:
+            line = f"support {support:.2f} < threshold {self.limit:g}"
+        elif band is Band.OFFER:
+            line = (f"support {support:.2f} in [{self.limit:g}, {self.offer_below:g}): the model "
+                    "chose between the refusal and a cited answer")
+        else:
+            line = f"support {support:.2f} >= threshold {self.limit:g}"
+        if self.support != "lexical":
+            return f"{line} (embedding: the closest passage's cosine to the question)"
+        words, held = lexical_cover(asked, sources)
+        if not words:
+            return f"{line} (lexical: the question names nothing to look for)"
+        missing = ", ".join(f'"{word}"' for word in sorted(words - held))
+        counted = f"{len(words)} word" + ("s" if len(words) > 1 else "")
+        return (f"{line} (lexical: the best passage, or pair of passages, holds {len(held)} of the "
+                f"question's {counted}" + (f", not {missing})" if missing else ")"))
+
+    def _weigh(
+        self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]]
+    ) -> tuple[float, str]:
+        """The support, and the text weighed for it: the question, or the turn before with it."""
+        measure = lexical_support if self.support == "lexical" else embedding_support
+        asked = [question]
+        earlier = [text for role, text in history if role == "user"]
+        if earlier:
+            asked.append(f"{earlier[-1]} {question}")
+        return max(((measure(text, sources), text) for text in asked), key=lambda pair: pair[0])
+
+    def band_at(self, support: float) -> Band:
+        """The band of a question whose support (``score``) is ``support``."""
+        if support < self.limit:
             return Band.REFUSE
-        if offer is not None and support < offer:
+        if self.offer_below is not None and support < self.offer_below:
             return Band.OFFER
         return Band.ANSWER
 
@@ -189,14 +227,21 @@ def lexical_support(question: str, sources: Sequence[Source]) -> float:
     words are its title's and its text's; 1.0 for a question without such words (nothing to
     weigh).
     """
+    words, held = lexical_cover(question, sources)
+    return len(held) / len(words) if words else 1.0
+
+
+def lexical_cover(question: str, sources: Sequence[Source]) -> tuple[set[str], set[str]]:
+    """The question's words (``question_words``), and the most of them one or two sources hold."""
     words = question_words(question)
-    if not words:
-        return 1.0
-    held = {frozenset(words & set(content_words(f"{s.title or ''} {s.text}"))) for s in sources}
-    best = max(len(h) for h in held)
+    held = list(dict.fromkeys(  # in the sources' order: the first best is named
+        frozenset(words & set(content_words(f"{s.title or ''} {s.text}"))) for s in sources
+    ))
+    best = max(held, key=len, default=frozenset())
     for one, other in itertools.combinations(held, 2):
-        best = max(best, len(one | other))
-    return best / len(words)
+        if len(one | other) > len(best):
+            best = one | other
+    return words, set(best)
 
 
 def embedding_support(question: str, sources: Sequence[Source]) -> float:

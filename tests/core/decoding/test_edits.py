@@ -180,10 +180,13 @@ def test_the_cpu_bitmask_equals_xgrammars_kernel(
                             generator=generator)
     bitmask[2] = -1  # a row that keeps everything
     bitmask[3] = 0
-    bitmask[3, 0] = 5  # and one that keeps two tokens
+    bitmask[3, 0] = 5  # and one that keeps three tokens: 0, 2 and the last
+    bitmask.numpy()[3, -1] = np.array(1 << ((width - 1) % 32), np.uint32).view(np.int32)
     scores = torch.randn(4, columns, generator=generator).to(dtype)
     scores[0, 1] = NEG  # already masked
-    for indices in ([0, 1, 2, 3], [1, 3], [2]):  # the last: few forbidden, xgrammar's kernel
+    # Every kind of row, alone and mixed: few forbidden (2, xgrammar's kernel), few kept (3),
+    # in between (0, 1).
+    for indices in ([0, 1, 2, 3], [1, 3], [2], [3], [0, 2, 3]):
         ours, theirs = scores.clone(), scores.clone()
         counts = _apply_bitmask(ours, bitmask, indices)
         kept = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
@@ -233,3 +236,21 @@ def test_a_row_whose_chainers_cannot_reach_half_is_settled_without_its_normalize
         assert wanted[1].chain_share == 0.0
         assert wanted[1].chain_over_open == pytest.approx(0.5)  # its ratio is still read
         assert wanted[2].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + 19))
+
+
+def test_a_row_whose_levers_will_not_read_the_share_is_not_asked_its_normalizer() -> None:
+    raw = torch.zeros(3, len(VOCAB))
+    raw[:, TOKEN[","]] = 10.0  # every row could chain: one max settles none of them
+    raw[1, TOKEN[" the"]] = 20.0  # but this one
+    asked: list[int] = []
+
+    def shares(row: int) -> bool:
+        asked.append(row)
+        return row != 2
+
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
+    wanted = reader.after(reader.before(raw, [0, 1, 2], shares=shares), raw.clone(), [0, 1, 2])
+    assert asked == [0, 2]  # row 1 settled by its max, without asking
+    assert wanted[0].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + 19))
+    assert wanted[1].chain_share == wanted[2].chain_share == 0.0
+    assert wanted[2].chain_over_open == wanted[0].chain_over_open  # its ratio is still read

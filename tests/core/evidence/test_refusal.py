@@ -93,6 +93,34 @@ def test_a_follow_up_is_weighed_with_the_users_turn_before_it() -> None:
     assert Refusal(threshold=0.4).band("And its height in meters?", TOWER, history) is Band.ANSWER
 
 
+def test_the_reason_names_the_support_the_threshold_and_the_words_no_source_holds() -> None:
+    assert Refusal().explain(OFF_TOPIC, TOWER) == (
+        'support 0.00 < threshold 0.5 (lexical: the best passage, or pair of passages, holds 0 '
+        'of the question\'s 2 words, not "capital", "peru")'
+    )
+    assert Refusal().explain("Who designed the tower in Peru?", TOWER).startswith(
+        "support 0.33 < threshold 0.5 (lexical: the best passage, or pair of passages, holds 1 "
+    )
+    assert Refusal().explain(ANSWERED, TOWER) == (
+        "support 1.00 >= threshold 0.5 (lexical: the best passage, or pair of passages, holds 3 "
+        "of the question's 3 words)"
+    )
+    assert OFFERED.explain(ANSWERED, TOWER).startswith(
+        "support 1.00 in [0.1, inf): the model chose between the refusal and a cited answer"
+    )
+    assert Refusal().explain("What is it?", TOWER).endswith("names nothing to look for)")
+
+
+def test_the_reason_of_a_follow_up_counts_the_words_of_the_turn_it_was_weighed_with() -> None:
+    history = [("user", "Tell me about the Eiffel Tower."), ("assistant", "It is in Paris [1].")]
+    alone = Refusal(threshold=0.4).explain("And its height in meters?", TOWER)
+    assert alone.startswith("support 0.00 < threshold 0.4")
+    assert alone.endswith('not "height", "meter")')  # the words as counted
+    together = Refusal(threshold=0.4).explain("And its height in meters?", TOWER, history)
+    assert together.startswith("support 0.50 >= threshold 0.4")
+    assert "2 of the question's 4 words" in together
+
+
 def test_the_default_threshold_is_the_measures() -> None:
     assert Refusal().limit == DEFAULT_THRESHOLDS["lexical"]
     assert Refusal(support="embedding").limit == DEFAULT_THRESHOLDS["embedding"]
@@ -130,12 +158,15 @@ def test_a_request_the_sources_do_not_answer_is_refused_without_a_model() -> Non
     assert (answer.finish_reason, answer.generated_tokens) == ("stop", 0)
     assert answer.to_dict()["abstained"] is True
     assert request.abstains(DEFAULT_REFUSAL_TEXT) and not request.abstains("Lima [1].")
+    assert request.refusal_support == 0.0
+    assert request.refusal_reason() == Refusal().explain(OFF_TOPIC, TOWER)
 
 
 def test_refusal_none_and_an_unconstrained_request_always_answer() -> None:
     for request in (build_request(OFF_TOPIC, TOWER, refusal=None),
                     build_request(OFF_TOPIC, TOWER, constrained=False)):
         assert request.refusal_band is Band.ANSWER and request.refused() is None
+        assert request.refusal_support is None and request.refusal_reason() is None
     assert not build_request(OFF_TOPIC, TOWER, refusal=None).abstains(DEFAULT_REFUSAL_TEXT)
 
 

@@ -250,25 +250,29 @@ class GenerationRequest:
             return Band.ANSWER
         return self.refusal.band_at(support)
 
-    @cached_property
+    @property
     def refusal_support(self) -> float | None:
         """How well the sources support the question (``Refusal.score``), where it is measured.
 
         ``None`` without ``refusal`` or the grammar, or with nothing to decide (a threshold of 0
         and no offer).
         """
-        refusal = self.refusal
-        if refusal is None or not self.constrained:
-            return None
-        if refusal.limit == 0 and refusal.offer_below is None:
-            return None
-        return refusal.score(self.question, self.sources, self.history)
+        return None if self._refusal_weighed is None else self._refusal_weighed[0]
 
     def refusal_reason(self) -> str | None:
         """Why the answer is, or may be, the refusal (``Refusal.explain``), where it is measured."""
-        if self.refusal is None or self.refusal_support is None:
+        if self.refusal is None or self._refusal_weighed is None:
             return None
-        return self.refusal.explain(self.question, self.sources, self.history)
+        return self.refusal.explain(
+            self.question, self.sources, self.history, weighed=self._refusal_weighed
+        )
+
+    @cached_property
+    def _refusal_weighed(self) -> tuple[float, str] | None:
+        """``Refusal.weigh`` of the question, measured once for the band and the reason."""
+        if self.refusal is None or not self.constrained or not self.refusal.decides:
+            return None
+        return self.refusal.weigh(self.question, self.sources, self.history)
 
     @property
     def offered_refusal(self) -> str | None:

@@ -277,21 +277,13 @@ class ClauseEnd(Lever):
         self._asked = set(content_words(question))
         self._threshold = threshold
         self._min_words = min_words
-        # (the answer, its length in tokens, whether it shares then): the one check of a step
-        self._checked: tuple[AnswerState | None, int, bool] = (None, -1, False)
 
     def shares(self, state: AnswerState) -> bool:
         """Whether the claim so far is one whose chained clause is cited instead.
 
-        The text's part of the rule (the model's wish to chain is the other), found once per step.
+        The text's part of the rule; the model's wish to chain is the other, read only for the
+        rows where this holds.
         """
-        seen, length, shares = self._checked
-        if seen is not state or length != len(state.tokens):
-            shares = self._complete(state)
-            self._checked = (state, len(state.tokens), shares)
-        return shares
-
-    def _complete(self, state: AnswerState) -> bool:
         text = state.text
         if text.endswith("]") or not _ENDS_A_WORD.search(text):
             return False

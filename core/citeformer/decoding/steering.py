@@ -70,9 +70,9 @@ class RowSteering:
         self.word_bound = word_bound
         self.guard = guard
         self.levers = tuple(levers)
-        self.needs_raw = any(lever.needs_raw for lever in self.levers)
-        """Whether a lever reads the model's scores from before the masks."""
         self._reading = tuple(lever for lever in self.levers if lever.needs_raw)
+        self.needs_raw = bool(self._reading)
+        """Whether a lever reads the model's scores from before the masks."""
 
     def shares(self) -> bool:
         """Whether a lever may read the chainers' share of the probability at this step."""
@@ -256,24 +256,26 @@ def _apply_bitmask(
     kinds = np.where(3 * (width - kept) < width, 0, np.where(64 * kept <= width, 1, 2))
     if logits.dtype is torch.float64:  # xgrammar's kernel takes 32- and 16-bit floats
         kinds[kinds == 0] = 2
-    few = [k for k in range(len(indices)) if kinds[k] == 0]
-    if few:  # few tokens forbidden (prose): xgrammar's kernel writes only those
-        xgr.apply_token_bitmask_inplace(logits, bitmask, indices=[indices[k] for k in few])
+    rows_of = np.asarray(indices)
+    few = np.flatnonzero(kinds == 0)
+    if len(few):  # few tokens forbidden (prose): xgrammar's kernel writes only those
+        xgr.apply_token_bitmask_inplace(logits, bitmask, indices=rows_of[few].tolist())
     sparse = np.flatnonzero(kinds == 1)
     if len(sparse):  # few kept: save them, fill the rows, put them back
         # The few words that hold a kept bit, and their bits (``words`` has no bit past width).
-        at, word = np.nonzero(words[sparse])
-        bits = np.unpackbits(words[sparse][at, word].view(np.uint8)[:, None], axis=-1,
+        holding = words[sparse]
+        at, word = np.nonzero(holding)
+        bits = np.unpackbits(holding[at, word].view(np.uint8)[:, None], axis=-1,
                              bitorder="little").reshape(len(at), 32)
         which, bit = np.nonzero(bits)
-        rows = torch.from_numpy(np.asarray(indices)[sparse][at[which]])
+        rows = torch.from_numpy(rows_of[sparse][at[which]])
         columns = torch.from_numpy(word[which] * 32 + bit)
         saved = logits[rows, columns]
-        logits[torch.from_numpy(np.asarray(indices)[sparse]), :width] = _NEG
+        logits[torch.from_numpy(rows_of[sparse]), :width] = _NEG
         logits[rows, columns] = saved
     middle = np.flatnonzero(kinds == 2)
     if len(middle):
-        _select_rows(logits, packed[middle], [indices[k] for k in middle], width)
+        _select_rows(logits, packed[middle], rows_of[middle].tolist(), width)
     return counts
 
 

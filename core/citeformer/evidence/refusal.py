@@ -147,27 +147,37 @@ class Refusal:
         A follow-up is weighed with the user's turn before it as well, and the better of the
         two counts (``"When was it built?"`` after a question naming the tower).
         """
-        return self._weigh(question, sources, history)[0]
+        return self.weigh(question, sources, history)[0]
+
+    @property
+    def decides(self) -> bool:
+        """Whether support is measured at all: a threshold above 0, or a band that offers."""
+        return self.limit > 0 or self.offer_below is not None
 
     def band(
         self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]] = ()
     ) -> Band:
         """What the support of ``question`` by ``sources`` lets the answer be."""
-        if self.limit == 0 and self.offer_below is None:
+        if not self.decides:
             return Band.ANSWER  # nothing to measure
         return self.band_at(self.score(question, sources, history))
 
     def explain(
-        self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]] = ()
+        self,
+        question: str,
+        sources: Sequence[Source],
+        history: Sequence[tuple[str, str]] = (),
+        *,
+        weighed: tuple[float, str] | None = None,
     ) -> str:
         """Why the answer to ``question`` over ``sources`` is in its ``band``, in one line.
 
         The support against the thresholds and, for the lexical measure, the question's words
         the best source (or pair of sources) lacks: ``support 0.00 < threshold 0.5 (lexical: the
         best passage, or pair of passages, holds 0 of the question's 2 words, not "capital",
-        "peru")``.
+        "peru")``. ``weighed``: what ``weigh`` already gave for them, not measured again.
         """
-        support, asked = self._weigh(question, sources, history)
+        support, asked = weighed or self.weigh(question, sources, history)
         band = self.band_at(support)
         if band is Band.REFUSE:
             line = f"support {support:.2f} < threshold {self.limit:g}"
@@ -186,10 +196,13 @@ class Refusal:
         return (f"{line} (lexical: the best passage, or pair of passages, holds {len(held)} of the "
                 f"question's {counted}" + (f", not {missing})" if missing else ")"))
 
-    def _weigh(
-        self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]]
+    def weigh(
+        self, question: str, sources: Sequence[Source], history: Sequence[tuple[str, str]] = ()
     ) -> tuple[float, str]:
-        """The support, and the text weighed for it: the question, or the turn before with it."""
+        """The support (``score``), and the text weighed for it.
+
+        That text is the question, or the user's turn before it joined to it.
+        """
         measure = lexical_support if self.support == "lexical" else embedding_support
         asked = [question]
         earlier = [text for role, text in history if role == "user"]

@@ -9,6 +9,7 @@ token counts); the citations, documents and quotes are fields of their own.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
@@ -19,7 +20,14 @@ from typing_extensions import Self
 
 from citeformer.answers import unshown_text
 from citeformer.errors import InvalidInputError
-from citeformer.types import Citation, CitedAnswer, EvidenceSpan, FinishReason, Quote
+from citeformer.types import (
+    Citation,
+    CitedAnswer,
+    EvidenceSpan,
+    FinishReason,
+    Quote,
+    RefusalCheck,
+)
 from citeformer_langchain.inputs import to_sources
 
 __all__ = ["CitationAnswer", "CitationAnswerChunk", "DocumentCitation", "DocumentQuote"]
@@ -114,6 +122,12 @@ class CitationAnswer(AIMessage):
     """Whether the answer is the refusal sentence: the documents do not answer the question
     (the runnable's ``refusal``); it then cites nothing."""
 
+    refusal: dict[str, Any] | None = None
+    """How the documents' support of the question was weighed before generating, and why the
+    answer is, or is not, the refusal sentence: ``CitedAnswer.to_dict()``'s ``"refusal"``
+    (``measure``, ``support``, ``threshold``, ``offer_below``, ``band``, ``reason``; see
+    ``citeformer.RefusalCheck``). ``None`` with the runnable's ``refusal=None``."""
+
     _cited: CitedAnswer | None = PrivateAttr(default=None)
 
     def __init__(self, text: str = "", **kwargs: Any) -> None:
@@ -168,6 +182,7 @@ class CitationAnswer(AIMessage):
             prompt_tokens=answer.prompt_tokens,
             generated_tokens=answer.generated_tokens,
             abstained=answer.abstained,
+            refusal=None if answer.refusal is None else dataclasses.asdict(answer.refusal),
         )
         paired._cited = answer
         return paired
@@ -198,6 +213,7 @@ class CitationAnswer(AIMessage):
                 for q in self.quotes
             ),
             abstained=self.abstained,
+            refusal=None if self.refusal is None else RefusalCheck(**self.refusal),
         )
 
     @property
@@ -270,6 +286,7 @@ class CitationAnswerChunk(CitationAnswer, AIMessageChunk):
             prompt_tokens=other.prompt_tokens or self.prompt_tokens,
             generated_tokens=other.generated_tokens or self.generated_tokens,
             abstained=other.abstained or self.abstained,
+            refusal=other.refusal or self.refusal,
         )
         total._cited = other._cited or self._cited
         return total

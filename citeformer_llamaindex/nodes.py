@@ -77,7 +77,9 @@ def response_metadata(
     quote's ``"document_start"``/``"document_end"`` in the original document, when the node
     knows where it starts there and the model read its text alone); then the finish reason, the
     token counts, ``"abstained"`` (the answer is the refusal sentence: the nodes do not answer the
-    question) and, under ``ANSWER_KEY``, the whole dict.
+    question), ``"refusal"`` (how their support of the question was weighed, and why the answer
+    is or is not the refusal: ``citeformer.RefusalCheck`` as a dict, ``None`` with refusal off)
+    and, under ``ANSWER_KEY``, the whole dict.
     """
     data = answer.to_dict()
     return {
@@ -91,6 +93,7 @@ def response_metadata(
         "prompt_tokens": data["prompt_tokens"],
         "generated_tokens": data["generated_tokens"],
         "abstained": data["abstained"],
+        "refusal": data["refusal"],
         ANSWER_KEY: data,
     }
 

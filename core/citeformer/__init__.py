@@ -36,6 +36,7 @@ _EXPORTS = {
     "Policy": "citeformer.types",
     "Quote": "citeformer.types",
     "Refusal": "citeformer.evidence.refusal",
+    "RefusalCheck": "citeformer.types",
     "Source": "citeformer.types",
     "CitationOutOfRangeError": "citeformer.errors",
     "CiteformerError": "citeformer.errors",
@@ -84,6 +85,7 @@ __all__ = [
     "PromptTooLongError",
     "Quote",
     "Refusal",
+    "RefusalCheck",
     "ServerAnswerStream",
     "ServerConnectionError",
     "ServerError",
@@ -152,5 +154,6 @@ if TYPE_CHECKING:
         EvidenceSpan,
         Policy,
         Quote,
+        RefusalCheck,
         Source,
     )

@@ -178,6 +178,7 @@ def cited_answer(
         generated_tokens=generated_tokens,
         quotes=quotes,
         abstained=request.abstains(text),
+        refusal=request.refusal_check,
     )
 
 

@@ -37,7 +37,7 @@ from citeformer.grammar.rules import (
 )
 from citeformer.prompt import build_messages, default_instructions
 from citeformer.readability import OFF, Readability
-from citeformer.types import CitedAnswer, Policy, Source
+from citeformer.types import CitedAnswer, Policy, RefusalCheck, Source
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -261,10 +261,22 @@ class GenerationRequest:
 
     def refusal_reason(self) -> str | None:
         """Why the answer is, or may be, the refusal (``Refusal.explain``), where it is measured."""
-        if self.refusal is None or self._refusal_weighed is None:
+        check = self.refusal_check
+        return None if check is None else check.reason
+
+    @cached_property
+    def refusal_check(self) -> RefusalCheck | None:
+        """What weighing the question against the sources gave: every answer's ``refusal``.
+
+        ``None`` where ``refusal_support`` is.
+        """
+        refusal, weighed = self.refusal, self._refusal_weighed
+        if refusal is None or weighed is None:
             return None
-        return self.refusal.explain(
-            self.question, self.sources, self.history, weighed=self._refusal_weighed
+        return RefusalCheck(
+            measure=refusal.support, support=weighed[0], threshold=refusal.limit,
+            offer_below=refusal.offer_below, band=refusal.band_at(weighed[0]).value,
+            reason=refusal.explain(self.question, self.sources, self.history, weighed=weighed),
         )
 
     @cached_property
@@ -287,7 +299,7 @@ class GenerationRequest:
             return None
         return CitedAnswer(
             text=self.refusal.text, citations=(), sources=self.sources, finish_reason="stop",
-            abstained=True,
+            abstained=True, refusal=self.refusal_check,
         )
 
     def abstains(self, text: str) -> bool:

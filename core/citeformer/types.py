@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ __all__ = [
     "FinishReason",
     "Policy",
     "Quote",
+    "RefusalCheck",
     "Source",
     "citation_dict",
     "title_from",
@@ -153,6 +155,44 @@ FinishReason = Literal["stop", "length"]
 
 
 @dataclass(frozen=True)
+class RefusalCheck:
+    """What weighing the question against its sources gave, before generating.
+
+    How well the sources support the question, and what that let the answer be
+    (``citeformer.Refusal``): every answer's ``refusal``.
+    """
+
+    measure: str
+    """How support was measured: ``"lexical"`` or ``"embedding"`` (``Refusal.support``)."""
+
+    support: float
+    """The support measured (``Refusal.score``): for ``"lexical"`` the share of the question's
+    words the best source, or pair of sources, holds; for ``"embedding"`` the closest source's
+    cosine to the question."""
+
+    threshold: float
+    """Below it the answer is the refusal sentence, and the model is not run."""
+
+    offer_below: float | None
+    """Below it (at or above ``threshold``) the model chose between the refusal sentence and a
+    cited answer; ``None``: no such band."""
+
+    band: Literal["answer", "offer", "refuse"]
+    """What ``support`` let the answer be: cited only, the model's choice, or the refusal."""
+
+    reason: str
+    """``band`` in one line, with the question's words the best passages lack under the lexical
+    measure (``Refusal.explain``): ``support 0.00 < threshold 0.5 (lexical: the best passage,
+    or pair of passages, holds 0 of the question's 2 words, not "capital", "peru")``."""
+
+    def __post_init__(self) -> None:
+        if self.band not in ("answer", "offer", "refuse"):
+            raise InvalidInputError(
+                f"refusal band must be 'answer', 'offer' or 'refuse', got {self.band!r}"
+            )
+
+
+@dataclass(frozen=True)
 class CitedAnswer:
     """The result of one generation: the text, its parsed markers and the sources they index."""
 
@@ -180,6 +220,11 @@ class CitedAnswer:
     abstained: bool = False
     """Whether the answer is the refusal sentence: the sources do not answer the question
     (``citeformer.evidence.refusal``); it then holds no marker."""
+
+    refusal: RefusalCheck | None = None
+    """How the sources' support of the question was weighed before generating, and why the
+    answer is, or is not, the refusal sentence; ``None`` where nothing was weighed (``refusal``
+    off, an unconstrained answer, or a threshold of 0 with no offer)."""
 
     def __str__(self) -> str:
         """The text: ``print(answer)`` shows the answer, ``repr`` every field."""
@@ -230,6 +275,7 @@ class CitedAnswer:
                 prompt_tokens=int(data.get("prompt_tokens", 0)),
                 generated_tokens=int(data.get("generated_tokens", 0)),
                 quotes=quotes, abstained=bool(data.get("abstained", False)),
+                refusal=None if data.get("refusal") is None else RefusalCheck(**data["refusal"]),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise InvalidInputError(
@@ -266,6 +312,7 @@ class CitedAnswer:
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,
             "abstained": self.abstained,
+            "refusal": None if self.refusal is None else dataclasses.asdict(self.refusal),
         }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from citeformer import Refusal
 from citeformer.testing import FakeGenerator, FakeServer
-from citeformer_langchain import CitationRunnable
+from citeformer_langchain import CitationAnswer, CitationRunnable
 from tests.langchain.common import DOCS, ask
 
 REFUSAL = "The sources do not answer this question."
@@ -15,6 +15,10 @@ def test_a_question_the_documents_do_not_answer_is_refused_and_the_server_not_as
     answer = CitationRunnable(generator=server.generator()).invoke(ask("Population of Peru?"))
     assert answer.abstained and answer.text == REFUSAL and answer.citations == []
     assert answer.documents == DOCS and server.requests == []
+    refusal = answer.refusal
+    assert refusal is not None and (refusal["band"], refusal["support"]) == ("refuse", 0.0)
+    assert '"peru", "population"' in refusal["reason"]
+    assert answer.to_dict()["refusal"] == refusal == answer.cited_answer.to_dict()["refusal"]
 
 
 def test_a_stream_of_a_refusal_adds_up_to_the_refused_answer() -> None:
@@ -24,6 +28,8 @@ def test_a_stream_of_a_refusal_adds_up_to_the_refused_answer() -> None:
     for chunk in chunks[1:]:
         total = total + chunk
     assert total.abstained and total.text == REFUSAL
+    assert total.refusal is not None and total.refusal == chunks[-1].refusal
+    assert total.refusal["band"] == "refuse"
 
 
 def test_refusal_none_answers_every_question() -> None:
@@ -31,6 +37,7 @@ def test_refusal_none_answers_every_question() -> None:
     cite = CitationRunnable(generator=server.generator(), refusal=None)
     answer = cite.invoke(ask("Population of Peru?"))
     assert not answer.abstained and answer.citations and len(server.requests) == 1
+    assert answer.refusal is None
 
 
 def test_a_custom_refusal_reaches_the_request_and_its_text_is_abstained() -> None:
@@ -41,3 +48,11 @@ def test_a_custom_refusal_reaches_the_request_and_its_text_is_abstained() -> Non
     assert answer.abstained and answer.text == "Not in the documents."  # the script wrote it
     answered = CitationRunnable(generator=FakeGenerator()).invoke(ask("Capital of France?"))
     assert not answered.abstained
+    assert answered.refusal is not None and answered.refusal["band"] == "answer"
+
+
+def test_an_answer_rebuilt_from_its_fields_keeps_its_refusal_check() -> None:
+    answer = CitationRunnable(generator=FakeGenerator()).invoke(ask("Capital of France?"))
+    rebuilt = CitationAnswer(**answer.model_dump(exclude={"type"}))  # holds no core answer
+    assert rebuilt.refusal == answer.refusal
+    assert rebuilt.cited_answer.refusal == answer.cited_answer.refusal is not None

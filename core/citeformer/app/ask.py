@@ -146,7 +146,8 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
         out.write(format_references(answer, hits, all_sources=options.all_sources))
     out.flush()
     if answer.abstained:
-        say(f"the retrieved passages do not answer the question: {request.refusal_reason()} "
+        why = "the model wrote the refusal" if answer.refusal is None else answer.refusal.reason
+        say(f"the retrieved passages do not answer the question: {why} "
             "(--no-refusal answers anyway)")
     if answer.finish_reason == "length":
         say(f"the answer was cut off at --max-new-tokens {options.max_new_tokens}")

@@ -86,9 +86,9 @@ def answer_json(
     ``score`` and whether the answer ``cited`` it, in place of the ``metadata`` that held them.
     Each citation's ``evidence`` (offsets ``source_start``/``source_end`` in the passage) and each
     quote also carry ``path``, ``file_start``, ``file_end`` (offsets in the document's text),
-    ``line`` and ``page`` (``None`` but for PDFs). ``refusal``: how well the passages support
-    the question (``measure``, ``support``, ``threshold``, ``offer_below``) and, in words, why
-    the answer is or is not the refusal (``reason``); ``None`` with ``--no-refusal``.
+    ``line`` and ``page`` (``None`` but for PDFs). ``refusal`` is the answer's
+    (``citeformer.RefusalCheck``: ``measure``, ``support`` rounded to four places, ``threshold``,
+    ``offer_below``, ``band``, ``reason``); ``None`` with ``--no-refusal``.
     """
     data = answer.to_dict()
     cited = set(answer.cited_ids)
@@ -102,12 +102,8 @@ def answer_json(
     for quote, entry in zip(answer.quotes, data["quotes"], strict=True):
         where = hits[quote.source_id - 1].passage.locate(quote.source_start, quote.source_end)
         entry.update(where.as_dict())
-    refusal = request.refusal
-    data["refusal"] = None if refusal is None or request.refusal_support is None else {
-        "measure": refusal.support, "support": round(request.refusal_support, 4),
-        "threshold": refusal.limit, "offer_below": refusal.offer_below,
-        "reason": request.refusal_reason(),
-    }
+    if data["refusal"] is not None:
+        data["refusal"]["support"] = round(data["refusal"]["support"], 4)
     return {"question": request.question, "policy": policy, **data}
 
 

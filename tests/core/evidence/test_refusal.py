@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import xgrammar as xgr
 from xgrammar.testing import _is_grammar_accept_string
 
-from citeformer import InputTypeError, InvalidInputError, Policy, Refusal, Source, build_request
+from citeformer import (
+    CitedAnswer,
+    InputTypeError,
+    InvalidInputError,
+    Policy,
+    Refusal,
+    RefusalCheck,
+    Source,
+    build_request,
+)
 from citeformer.decoding.payload import request_from_payload, steering_payload
 from citeformer.evidence.refusal import (
     DEFAULT_REFUSAL_TEXT,
@@ -18,6 +28,7 @@ from citeformer.evidence.refusal import (
     question_words,
 )
 from citeformer.grammar.rules import render_grammar
+from citeformer.testing import FakeGenerator
 
 TOWER = [
     Source("The Eiffel Tower was completed on 31 March 1889.", title="Eiffel Tower"),
@@ -160,6 +171,40 @@ def test_a_request_the_sources_do_not_answer_is_refused_without_a_model() -> Non
     assert request.abstains(DEFAULT_REFUSAL_TEXT) and not request.abstains("Lima [1].")
     assert request.refusal_support == 0.0
     assert request.refusal_reason() == Refusal().explain(OFF_TOPIC, TOWER)
+    assert answer.refusal == RefusalCheck(
+        measure="lexical", support=0.0, threshold=0.5, offer_below=None, band="refuse",
+        reason=request.refusal_reason(),
+    )
+    assert '"capital", "peru"' in answer.refusal.reason
+
+
+def test_every_answer_carries_what_weighing_its_question_gave() -> None:
+    answered = FakeGenerator("It was completed in 1889 [1].").answer(build_request(ANSWERED, TOWER))
+    check = answered.refusal
+    assert check is not None and (check.band, check.support, check.threshold) == ("answer", 1, 0.5)
+    assert check.reason.startswith("support 1.00 >= threshold 0.5")
+    offered = build_request(ANSWERED, TOWER, refusal=Refusal(threshold=0.2, offer_below=1.5))
+    chosen = FakeGenerator(DEFAULT_REFUSAL_TEXT).answer(offered)
+    assert chosen.abstained and chosen.refusal is not None and chosen.refusal.band == "offer"
+    assert chosen.refusal.offer_below == 1.5 and "the model chose" in chosen.refusal.reason
+    for request in (build_request(ANSWERED, TOWER, refusal=None),
+                    build_request(ANSWERED, TOWER, constrained=False),
+                    build_request(ANSWERED, TOWER, refusal=Refusal(threshold=0))):
+        assert FakeGenerator("It was completed in 1889 [1].").answer(request).refusal is None
+
+
+def test_the_check_survives_to_dict_and_from_dict() -> None:
+    refused = build_request(OFF_TOPIC, TOWER).refused()
+    assert refused is not None
+    data = json.loads(json.dumps(refused.to_dict()))
+    assert data["refusal"]["band"] == "refuse" and data["refusal"]["support"] == 0.0
+    assert CitedAnswer.from_dict(data) == refused
+    unweighed = FakeGenerator("x [1].").answer(build_request(ANSWERED, TOWER, refusal=None))
+    assert unweighed.to_dict()["refusal"] is None
+    assert CitedAnswer.from_dict(unweighed.to_dict()) == unweighed
+    data["refusal"]["band"] = "maybe"
+    with pytest.raises(InvalidInputError, match="refusal band must be .* got 'maybe'"):
+        CitedAnswer.from_dict(data)
 
 
 def test_refusal_none_and_an_unconstrained_request_always_answer() -> None:

@@ -127,7 +127,8 @@ def test_json_is_the_answers_dict_with_file_locations() -> None:
     assert (data["question"], data["policy"]) == ("Capital?", "quotes_only")
     assert data["refusal"] == {
         "measure": "lexical", "support": 1.0, "threshold": 0.5, "offer_below": None,
-        "band": "answer", "reason": "support 1.00 >= threshold 0.5 (lexical: the best passage, or pair of "
+        "band": "answer",
+        "reason": "support 1.00 >= threshold 0.5 (lexical: the best passage, or pair of "
                   "passages, holds 1 of the question's 1 word)",
     }
     for key in ("text", "finish_reason", "prompt_tokens", "generated_tokens"):

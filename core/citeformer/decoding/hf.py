@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, StoppingCriteria
 
-from citeformer.decoding.steering import RowSteering, Steering
+from citeformer.decoding.steering import RowSteering, Steering, advance_all
 from citeformer.errors import InvalidInputError
 
 __all__ = ["CancelCriteria", "SteeringLogitsProcessor"]
@@ -52,8 +52,7 @@ class SteeringLogitsProcessor(LogitsProcessor):
         started = time.perf_counter()
         if self._started:
             self._live = [i for i in self._live if last[i] not in self._stop]
-            for i in self._live:
-                self._rows[i].advance(last[i])
+            advance_all([self._rows[i] for i in self._live], [last[i] for i in self._live])
         self._started = True
         self._steering.apply(scores, [(i, self._rows[i]) for i in self._live])
         self.seconds.append(time.perf_counter() - started)

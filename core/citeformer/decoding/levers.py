@@ -17,17 +17,18 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
+from citeformer.decoding.answer_state import AnswerState, group_start
 from citeformer.decoding.edits import CHAIN_SHARE, StepEdits, Wanted, WantedReader
 from citeformer.decoding.vocab import PUNCTUATION, WORD, Vocabulary
 from citeformer.evidence.scoring import (
     Evidence,
     LexicalEvidence,
     Support,
-    claim_of,
     content_words,
 )
 from citeformer.grammar.markers import CLOSED_GROUP, MARKER_LIKE, OPEN_GROUP
@@ -37,6 +38,7 @@ from citeformer.types import Policy
 
 __all__ = [
     "AnswerState",
+    "CachedSupport",
     "CiteAfterWord",
     "CiteClosed",
     "ClaimWords",
@@ -59,54 +61,39 @@ _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _NAME_TAIL = re.compile(r"[A-Za-z0-9_.]*$")
 _AFTER_PUNCTUATION = re.compile(rb"[,;:(] ?$")
+_TRAILING_NUMBER = re.compile(r"\d+(?:[.,]\d+)*[.,]?$")
+_MARKER_SPAN = 25
+"""A ``MARKER_LIKE`` match starts at most this many characters before its ``]``."""
 SUBORDINATORS = frozenset({
     "after", "although", "as", "because", "before", "if", "once", "since", "though", "unless",
     "until", "when", "whenever", "where", "whereas", "wherever", "while",
 })
 """First words of a clause that is not yet a claim: ``ClauseEnd`` leaves its comma alone."""
 # Where the grammar starts a new sentence: after a cite-group and its terminator.
-_SENTENCE_END = re.compile(r"\][.!?]")
+_TERMINATORS = frozenset(".!?")
 # The end of a word a sentence can be cited after: a letter, digit or closing quote or bracket.
 _ENDS_A_WORD = re.compile(r"[\w\"'`)\u2019\u201d]$")
 
 
-class AnswerState:
-    """One answer being written: its token ids and bytes so far, and its text.
+class CachedSupport(Support):
+    """A ``Support`` that scores each claim once.
 
-    Appended once per generated token; the text is decoded, and the claim it ends in found, once
-    per step, on first read.
+    The levers of a row ask for the same claim at many steps (``ClauseEnd``, ``EndIntent``,
+    ``EvidenceBias``), and with ``EmbeddingEvidence`` a score is a model's forward pass.
     """
 
-    __slots__ = ("_claim", "_text", "data", "token_bytes", "tokens")
+    def __init__(self, support: Support, size: int = 256) -> None:
+        self._support = support
+        self._size = size
+        self._scores: dict[str, list[float]] = {}
 
-    def __init__(self, token_bytes: Sequence[bytes]) -> None:
-        self.token_bytes = token_bytes
-        self.tokens: list[int] = []
-        """The answer's token ids."""
-        self.data = bytearray()
-        """The answer's raw bytes."""
-        self._text: str | None = ""
-        self._claim: str | None = None
-
-    def append(self, token_id: int) -> None:
-        """Add one generated token."""
-        self.tokens.append(token_id)
-        self.data += self.token_bytes[token_id]
-        self._text = self._claim = None
-
-    @property
-    def text(self) -> str:
-        """The answer's text (a character cut between tokens shows as U+FFFD until complete)."""
-        if self._text is None:
-            self._text = self.data.decode("utf-8", errors="replace")
-        return self._text
-
-    @property
-    def claim(self) -> str:
-        """The claim a marker opened now would cite (``claim_of`` the text)."""
-        if self._claim is None:
-            self._claim = claim_of(self.text)
-        return self._claim
+    def scores(self, claim: str) -> list[float]:  # noqa: D102
+        found = self._scores.get(claim)
+        if found is None:
+            if len(self._scores) >= self._size:  # a row's recent claims: bounded
+                self._scores.clear()
+            found = self._scores[claim] = self._support.scores(claim)
+        return found
 
 
 class Lever:
@@ -179,7 +166,7 @@ class EndIntent(Lever):
         wanted = edits.wanted()
         if wanted is None or not wanted.may_open or not 0 < wanted.end_over_open < math.inf:
             return
-        if self._refusal is not None and _ends_next(self._refusal, state.text.lstrip()):
+        if self._refusal is not None and _ends_next(self._refusal, state):
             return
         ending_allowed = state.data.endswith(b"]") if self._required else wanted.may_end
         share = self._auto_share(state) if ending_allowed else 1.0
@@ -195,8 +182,7 @@ class EndIntent(Lever):
         """The share of the wish to end that moves to the openers where ending is allowed."""
         if self._support is None or self._threshold is None:
             return 0.0
-        text = state.text
-        if text.rstrip().endswith("]"):
+        if state.last_solid() == "]":
             return 0.0  # already cited
         claim = state.claim
         if len(claim.split()) < 3:
@@ -214,11 +200,13 @@ class CiteAfterWord(Lever):
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._glued = vocab.glued_openers
-        self._all = torch.cat([vocab.glued_openers, vocab.openers])
+        self._glued = vocab.glued_openers.numpy()
+        self._all = vocab.any_openers
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        edits.remove(self._all if _AFTER_PUNCTUATION.search(state.data) else self._glued)
+        # The pattern spans at most 3 bytes: the last 4 answer it as the whole answer would.
+        after = _AFTER_PUNCTUATION.search(state.data[-4:])
+        edits.remove(self._all if after else self._glued)
 
 
 class CiteClosed(Lever):
@@ -230,7 +218,7 @@ class CiteClosed(Lever):
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._all = torch.cat([vocab.glued_openers, vocab.openers])
+        self._all = vocab.any_openers
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         if _is_open(state.claim):
@@ -277,6 +265,8 @@ class ClauseEnd(Lever):
         self._asked = set(content_words(question))
         self._threshold = threshold
         self._min_words = min_words
+        self._claim: str | None = None
+        self._supported = False
 
     def shares(self, state: AnswerState) -> bool:
         """Whether the claim so far is one whose chained clause is cited instead.
@@ -284,13 +274,20 @@ class ClauseEnd(Lever):
         The text's part of the rule; the model's wish to chain is the other, read only for the
         rows where this holds.
         """
-        text = state.text
-        if text.endswith("]") or not _ENDS_A_WORD.search(text):
+        if state.data.endswith(b"]") or not state.ends_with(_ENDS_A_WORD, 2):
+            return False
+        if state.claim_words < self._min_words:
             return False
         claim = state.claim
-        words = WORD.findall(claim)
-        if len(words) < self._min_words or _is_open(claim):
+        if claim != self._claim:
+            self._claim, self._supported = claim, self._supports(claim)
+        return self._supported
+
+    def _supports(self, claim: str) -> bool:
+        """The claim's part of the rule, found once per claim."""
+        if _is_open(claim):
             return False
+        words = WORD.findall(claim)
         if words[0].lower() in SUBORDINATORS and "," not in claim:
             return False  # "If you want to silence the error," needs its main clause
         if not set(content_words(claim)) - self._asked:
@@ -322,13 +319,13 @@ class ClaimWords(Lever):
     """
 
     def __init__(self, vocab: Vocabulary, minimum: int) -> None:
-        self._all = torch.cat([vocab.glued_openers, vocab.openers])
+        self._all = vocab.any_openers
         self._minimum = minimum
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         if state.data.endswith(b"]"):
             return
-        if len(WORD.findall(state.claim)) < self._minimum:
+        if state.claim_words < self._minimum:
             edits.remove(self._all)
 
 
@@ -340,7 +337,7 @@ class PeriodAfterMarker(Lever):
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._loud = vocab.loud_enders
+        self._loud = vocab.loud_enders.numpy()
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         if state.data.endswith(b"]"):
@@ -410,53 +407,98 @@ class WordRepeatBlock(Lever):
     def __init__(self, n: int, vocab: Vocabulary, stop_ids: Sequence[int] = ()) -> None:
         self._n = n
         self._parts = vocab.word_parts
-        self._closers = vocab.word_closers - set(stop_ids)  # ending is always allowed
+        self._closers = frozenset(vocab.word_closers - set(stop_ids))  # ending is always allowed
+        self._written: dict[tuple[str, bool | None], frozenset[int]] = {}
+        # The answer's words up to ``_anchor`` (a point no later text can change them at) and
+        # the words that followed each n - 1 of them there; the rest is read at each step.
+        self._words: list[str] = []
+        self._next: dict[tuple[str, ...], set[str]] = {}
+        self._anchor = 0
+        self._scanned = 0
+        self._last_open = -_MARKER_SPAN
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        text = MARKER_LIKE.sub(" ", state.text)
-        words = [w.lower() for w in WORD.findall(text)]
+        self._settle(state.committed)
+        text = MARKER_LIKE.sub(" ", state.text[self._anchor:])
+        tail = [w.lower() for w in WORD.findall(text)]
         blocked: set[int] = set()
         if text and WORD.fullmatch(text[-1]):
             # The answer ends inside a word: the next token continues it, or closes it and
             # perhaps begins the next one.
-            *before, partial = words
-            for word in self._said(before):
+            partial = tail[-1]
+            for word in self._said(tail[:-1]):
                 if word == partial:
                     blocked |= self._closers
                 elif word.startswith(partial):
                     blocked |= self._writing(word[len(partial):], glued=True)
-            for word in self._said(words):
+            for word in self._said(tail):
                 blocked |= self._writing(word, glued=False)
         else:
-            for word in self._said(words):
+            for word in self._said(tail):
                 blocked |= self._writing(word, glued=None)
         if blocked:
             edits.remove(sorted(blocked))
 
-    def _said(self, words: list[str]) -> set[str]:
-        """The words that followed the answer's last ``n - 1`` words where it wrote them before."""
-        n = self._n
-        context = words[len(words) - (n - 1):]
-        if len(context) < n - 1:
-            return set()
-        return {
-            words[i + n - 1] for i in range(len(words) - n + 1) if words[i:i + n - 1] == context
-        }
+    def _settle(self, committed: str) -> None:
+        """Move the anchor to the last point of ``committed`` where the words before are final.
 
-    def _writing(self, word: str, *, glued: bool | None) -> set[int]:
-        """Tokens that write ``word`` or may go on to it.
+        After a ``]`` or a line break no marker (``MARKER_LIKE``) spans the point; after other
+        white space, none does unless a ``[`` stands in the 25 characters before it. Words end
+        there too, so the text on each side gives the words it gives whole.
+        """
+        settled = self._anchor
+        last_open = self._last_open
+        for index in range(self._scanned, len(committed)):
+            char = committed[index]
+            if char == "[":
+                last_open = index
+            elif char in "]\n" or (char.isspace() and index - last_open >= _MARKER_SPAN):
+                settled = index + 1
+        self._scanned, self._last_open = len(committed), last_open
+        if settled == self._anchor:
+            return
+        text = MARKER_LIKE.sub(" ", committed[self._anchor:settled])
+        n, words = self._n, self._words
+        for word in WORD.findall(text):
+            words.append(word.lower())
+            if len(words) >= n:
+                self._next.setdefault(tuple(words[-n:-1]), set()).add(words[-1])
+        self._anchor = settled
+
+    def _said(self, tail: list[str]) -> set[str]:
+        """The words that followed the answer's last ``n - 1`` words where it wrote them before.
+
+        The answer's words are the settled ones, then ``tail``.
+        """
+        n, settled = self._n, self._words
+        if len(settled) + len(tail) < n - 1:
+            return set()
+        recent = settled[max(0, len(settled) - (n - 1)):] + tail
+        context = tuple(recent[len(recent) - (n - 1):])
+        found = set(self._next.get(context, ()))  # the n-grams of the settled words
+        for i in range(len(recent) - n + 1):  # those that end in the tail
+            if tuple(recent[i:i + n - 1]) == context:
+                found.add(recent[i + n - 1])
+        return found
+
+    def _writing(self, word: str, *, glued: bool | None) -> frozenset[int]:
+        """Tokens that write ``word`` or may go on to it (found once per word and ``glued``).
 
         A token's word part is the whole of it, or a start of it that the token leaves open.
         ``glued``: only tokens whose word part starts the token (``True``), only those after a
         space or punctuation (``False``), any (``None``).
         """
-        found = set()
-        for end in range(1, len(word) + 1):
-            for token_id, starts, closes in self._parts.get(word[:end], ()):
-                if glued is not None and starts != glued:
-                    continue
-                if end == len(word) or not closes:
-                    found.add(token_id)
+        key = (word, glued)
+        found = self._written.get(key)
+        if found is None:
+            ids = set()
+            for end in range(1, len(word) + 1):
+                for token_id, starts, closes in self._parts.get(word[:end], ()):
+                    if glued is not None and starts != glued:
+                        continue
+                    if end == len(word) or not closes:
+                        ids.add(token_id)
+            found = self._written[key] = frozenset(ids)
         return found
 
 
@@ -472,10 +514,9 @@ class NumberCopy(Lever):
         self._bad: dict[str, torch.Tensor] = {}
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        text = state.text
-        if text.rfind("[") > text.rfind("]"):
+        if state.last_open > state.last_close:
             return  # inside a marker: the grammar chooses its digits
-        run = _trailing_number(text)
+        run = _trailing_number(state.text)
         bad = self._bad.get(run)
         if bad is None:
             bad = self._bad[run] = self._invented(run)
@@ -521,13 +562,21 @@ class CodeCopy(Lever):
         self._penalty = penalty
         self._ids, self._texts = vocab.name_tokens
         self._bad: dict[str, torch.Tensor] = {}
+        self._seen = 0
+        self._ticks = 0
+        self._last_tick = -1
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        text = state.text
-        opened = text.rfind("`")
-        if opened < 0 or text.count("`") % 2 == 0:
+        new = state.committed[self._seen:]
+        if "`" in new:
+            self._ticks += new.count("`")
+            self._last_tick = self._seen + new.rfind("`")
+        self._seen += len(new)
+        opened = self._last_tick  # a cut character is never a backtick: the text's count
+        if opened < 0 or self._ticks % 2 == 0:
             return
-        run = _NAME_TAIL.search(text, opened + 1)
+        text = state.text
+        run = _NAME_TAIL.search(text, _run_start(text, _is_name_char, opened + 1))
         name = run.group(0) if run else ""
         bad = self._bad.get(name)
         if bad is None:
@@ -549,6 +598,10 @@ class CodeCopy(Lever):
         return self._ids[torch.tensor(invented, dtype=torch.bool)] if invented else self._ids
 
 
+def _is_name_char(char: str) -> bool:
+    return char.isascii() and (char.isalnum() or char in "_.")
+
+
 class WrapUp(Lever):
     """Near the grammar's sentence bound, makes citing where a word ends the likely choice.
 
@@ -565,8 +618,10 @@ class WrapUp(Lever):
         self._bias = bias
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        sentence = _SENTENCE_END.split(state.text)[-1].lstrip(" ")
-        if "[" in sentence or not _ENDS_A_WORD.search(sentence):
+        if state.last_open >= state.sentence_start:
+            return  # the sentence holds a marker
+        sentence = state.text[state.sentence_start:].lstrip(" ")
+        if not _ENDS_A_WORD.search(sentence[-2:]):
             return
         past = sentence.count(" ") + 2 - self._start
         if past > 0:
@@ -583,17 +638,48 @@ class EndBias(Lever):
     def __init__(
         self, stop_ids: Sequence[int], bias: float, *, every_sentence: bool = False
     ) -> None:
-        self._stop = torch.tensor(list(dict.fromkeys(stop_ids)), dtype=torch.long)
+        self._stop = np.array(list(dict.fromkeys(stop_ids)), dtype=np.int64)
         self._bias = bias
-        end = r"[.!?]" if every_sentence else r"\]\s*[.!?]"
-        self._ends_here = re.compile(end + "$")
-        self._ended = re.compile(end + r"(?:\s|$)")
+        self._every = every_sentence
+        # The sentences ended so far whose terminator white space followed, counted as the
+        # answer's characters arrive; ``_solid``: the last character that is not white space.
+        self._seen = 0
+        self._ended = 0
+        self._solid = ""
+        self._ending = False
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        text = state.text.rstrip()
-        if self._ends_here.search(text):
-            ended = len(self._ended.findall(text))
-            edits.add(self._stop, self._bias * ended)
+        self._count(state.committed)
+        text = state.text
+        last = len(text) - 1
+        while last >= 0 and text[last].isspace():
+            last -= 1
+        if last < 0 or text[last] not in _TERMINATORS:
+            return
+        if not self._every:
+            before = last - 1
+            while before >= 0 and text[before].isspace():
+                before -= 1
+            if before < 0 or text[before] != "]":
+                return
+        # The last terminator is counted already where white space follows it.
+        ended = self._ended + (last == len(text) - 1)
+        edits.add(self._stop, self._bias * ended)
+
+    def _count(self, committed: str) -> None:
+        """Count the sentence ends among the characters not read yet.
+
+        A sentence end: a terminator after a cite-group (after anything ``every_sentence``)
+        that white space follows.
+        """
+        for char in committed[self._seen:]:
+            if char.isspace():
+                self._ended += self._ending
+                self._ending = False
+                continue
+            self._ending = char in _TERMINATORS and (self._every or self._solid == "]")
+            self._solid = char
+        self._seen = len(committed)
 
 
 class EvidenceBias(Lever):
@@ -615,27 +701,25 @@ class EvidenceBias(Lever):
         self._bias_by_prefix: dict[str, torch.Tensor | None] = {}
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        data = state.data
-        opened = data.rfind(b"[")
+        opened = state.last_open
         if opened < 0:
             return
-        closes = data.count(b"]", opened)
-        if closes == 0:
+        if state.last_close < opened:
             text = state.text
-            match = OPEN_GROUP.search(text)
+            match = OPEN_GROUP.search(text, group_start(text, opened))
             if match is not None:
-                self._score(claim_of(text[: match.start()]))
+                self._score(state.claim_before(match.start()))
                 prefix = match.group(1)
                 if prefix not in self._bias_by_prefix:
                     self._bias_by_prefix[prefix] = self._bias(prefix)
                 bias = self._bias_by_prefix[prefix]
                 if bias is not None:
                     edits.add(self._vocab.id_token_ids, bias)
-        elif closes == 1 and data.endswith(b"]"):
+        elif state.data.endswith(b"]") and state.text.count("]", opened) == 1:
             text = state.text
-            match = CLOSED_GROUP.search(text)
+            match = CLOSED_GROUP.search(text, group_start(text, opened))
             if match is not None:
-                self._score(claim_of(text[: match.start()]))
+                self._score(state.claim_before(match.start()))
                 best = self._best_by_prefix
                 penalty = best["=" + match.group(1)] - best.get(">" + match.group(1), 0.0)
                 if penalty > 0:
@@ -708,14 +792,31 @@ def _continuations(prefix: str, n: int) -> set[str]:
     return found
 
 
-def _ends_next(sentence: str, written: str) -> bool:
-    """Whether ``written`` is ``sentence`` up to the punctuation that ends it."""
+def _ends_next(sentence: str, state: AnswerState) -> bool:
+    """Whether the answer (less leading white space) is ``sentence`` up to its terminator."""
+    if state.first_solid >= 0 and len(state.text) - state.first_solid > len(sentence):
+        return False  # longer than the sentence
+    written = state.lstripped()
     return sentence.startswith(written) and sentence[len(written):].strip() in (".", "!", "?")
 
 
 def _trailing_number(text: str) -> str:
-    match = re.search(r"\d+(?:[.,]\d+)*[.,]?$", text)
+    """The number the text ends in (``_TRAILING_NUMBER``), read from its end only."""
+    match = _TRAILING_NUMBER.search(text, _run_start(text, lambda c: c.isdigit() or c in ".,"))
     return match.group(0) if match else ""
+
+
+def _run_start(text: str, inside: Callable[[str], bool], floor: int = 0) -> int:
+    """Where the run of characters ``inside`` accepts, that ``text`` ends in, starts.
+
+    A line break at the very end is stepped over, as ``$`` steps over it. A search from there of
+    a pattern anchored at the end and made of those characters finds what a search of the whole
+    text does; ``floor``: no earlier than this.
+    """
+    index = len(text) - 1 if text.endswith("\n") else len(text)
+    while index > floor and inside(text[index - 1]):
+        index -= 1
+    return index
 
 
 def levers_for(
@@ -732,11 +833,13 @@ def levers_for(
     settings: Readability = request.readability
     policy = request.policy
     question, sources = request.question, request.sources
+    # Bound once, each claim scored once: the levers that weigh a claim share the scores.
+    bound = CachedSupport((evidence or LexicalEvidence()).bind(question, sources))
     levers: list[Lever] = []
     if settings.end_intent:
         support = threshold = None
         if policy is Policy.AUTO and settings.auto_cite_support is not None:
-            support = (evidence or LexicalEvidence()).bind(question, sources)
+            support = bound
             threshold = settings.auto_cite_support
         levers.append(EndIntent(
             vocab, support=support, threshold=threshold, required=policy is Policy.REQUIRED,
@@ -750,7 +853,7 @@ def levers_for(
         levers.append(ClaimWords(vocab, settings.min_claim_words))
     if settings.clause_support is not None and policy is Policy.REQUIRED:
         levers.append(ClauseEnd(
-            vocab, (evidence or LexicalEvidence()).bind(question, sources), question,
+            vocab, bound, question,
             threshold=settings.clause_support,
         ))
     if settings.period_after_marker:
@@ -774,6 +877,6 @@ def levers_for(
         levers.append(EndBias(stop_ids, settings.end_bias, every_sentence=policy is Policy.AUTO))
     if evidence is not None:
         levers.append(EvidenceBias(
-            evidence.bind(question, sources), evidence.weight, request.n_sources, vocab
+            bound, evidence.weight, request.n_sources, vocab
         ))
     return levers

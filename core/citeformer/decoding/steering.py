@@ -33,16 +33,15 @@ from citeformer.decoding.word_bound import WordBound, bounds_words
 from citeformer.errors import GrammarViolationError
 from citeformer.request import GenerationRequest
 
-__all__ = ["RowSteering", "Steering", "accept_token", "local_grammar", "steering_for"]
+__all__ = [
+    "RowSteering", "Steering", "accept_token", "advance_all", "local_grammar", "steering_for",
+]
 
 
 def accept_token(matcher: xgr.GrammarMatcher, token_id: int) -> None:
     """Advance ``matcher`` by one generated token, or raise if its grammar forbids the token."""
     if not matcher.accept_token(token_id):
-        raise GrammarViolationError(
-            f"token {token_id} was generated but the citation grammar forbids it here; "
-            "the logits were not masked with this answer's grammar"
-        )
+        raise _refused(token_id)
 
 
 class RowSteering:
@@ -82,6 +81,9 @@ class RowSteering:
         """Move past one generated token, or raise if the grammar or a quote forbids it."""
         if self.matcher is not None:
             accept_token(self.matcher, token_id)
+        self._advance_past_grammar(token_id)
+
+    def _advance_past_grammar(self, token_id: int) -> None:
         if self.word_bound is not None:
             self.word_bound.advance(token_id)
         if self.guard is not None:
@@ -92,6 +94,43 @@ class RowSteering:
         """Every lever's changes to this row (``edits.row``), in the order they act."""
         for lever in self.levers:
             lever.edit(self.state, edits)
+
+
+def advance_all(
+    rows: Sequence[RowSteering],
+    tokens: Sequence[int],
+    *,
+    on_error: Callable[[int, Exception], None] | None = None,
+) -> None:
+    """Move every row past its generated token: ``rows[k]`` past ``tokens[k]``.
+
+    The grammar matchers accept their tokens in one call. Where a row's grammar, word bound or
+    quote forbids its token, ``on_error`` is told (k, error) and the other rows go on; without
+    it, the error propagates.
+    """
+    graded = [k for k, row in enumerate(rows) if row.matcher is not None]
+    refused: set[int] = set()
+    if graded:
+        accepted = xgr.BatchGrammarMatcher.batch_accept_token(
+            [rows[k].matcher for k in graded], [tokens[k] for k in graded]
+        )
+        refused = {k for k, ok in zip(graded, accepted, strict=True) if not ok}
+    for k, (row, token) in enumerate(zip(rows, tokens, strict=True)):
+        try:
+            if k in refused:
+                raise _refused(token)
+            row._advance_past_grammar(token)
+        except Exception as error:
+            if on_error is None:
+                raise
+            on_error(k, error)
+
+
+def _refused(token_id: int) -> GrammarViolationError:
+    return GrammarViolationError(
+        f"token {token_id} was generated but the citation grammar forbids it here; "
+        "the logits were not masked with this answer's grammar"
+    )
 
 
 def local_grammar(request: GenerationRequest) -> str:
@@ -181,15 +220,13 @@ class Steering:
                     row.word_bound.restrict(words[i])
             allowed = _apply_bitmask(logits, bitmask, indices)
         failed: set[int] = set()
-        for i, row in rows:
-            if row.guard is None:
-                continue
-            allowed.pop(i, None)  # the guard removes more
-            try:
-                _apply_guard(row.guard, logits[i : i + 1])
-            except Exception as error:
+        guarded = [(i, row.guard) for i, row in rows if row.guard is not None]
+        if guarded:
+            for i, _ in guarded:
+                allowed.pop(i, None)  # the guard removes more
+            for i, error in _apply_guards(logits, guarded):
                 if on_error is None:
-                    raise
+                    raise error
                 on_error(i, error)
                 failed.add(i)
         wanted: dict[int, Wanted] = {}
@@ -314,17 +351,37 @@ def _select(logits: torch.Tensor, keep: np.ndarray) -> None:
     logits.view(ints).bitwise_xor_(neg).bitwise_and_(ones).bitwise_xor_(neg)
 
 
-def _apply_guard(guard: QuoteGuard, logits: torch.Tensor) -> None:
-    mask = guard.mask()
-    ids = torch.tensor(mask.ids, dtype=torch.long, device=logits.device)
-    if mask.allow:
-        removed = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
-        removed[ids] = False
-        logits.masked_fill_(removed, float("-inf"))
-    elif len(mask.ids):
-        logits[:, ids] = float("-inf")
-    if not torch.isfinite(logits).any():
-        raise GrammarViolationError(
+def _apply_guards(
+    logits: torch.Tensor, guarded: Sequence[tuple[int, QuoteGuard]]
+) -> list[tuple[int, GrammarViolationError]]:
+    """Apply every row's quote mask in two indexed writes; the rows left with no token.
+
+    A mask that allows few tokens saves them, fills its row and puts them back; one that
+    denies some sets them. Whether any row was emptied is read once for all of them.
+    """
+    device = logits.device
+    masks = [(i, guard.mask()) for i, guard in guarded]
+    for allow in (False, True):
+        picked = [(i, mask.ids) for i, mask in masks if mask.allow is allow and (allow or mask.ids)]
+        if not picked:
+            continue
+        lengths = [len(ids) for _, ids in picked]
+        r = torch.tensor(np.repeat([i for i, _ in picked], lengths), dtype=torch.long)
+        c = torch.tensor(np.concatenate([np.asarray(ids, np.int64) for _, ids in picked]),
+                         dtype=torch.long)
+        r, c = r.to(device), c.to(device)
+        if not allow:
+            logits[r, c] = _NEG
+            continue
+        kept = logits[r, c]
+        logits[torch.tensor([i for i, _ in picked], device=device)] = _NEG
+        logits[r, c] = kept
+    rows = torch.tensor([i for i, _ in guarded], device=device)
+    alive = torch.isfinite(logits[rows]).any(dim=-1).tolist()  # one read for every row
+    return [
+        (i, GrammarViolationError(
             "no token satisfies both the citation grammar and the verbatim quote here; "
             f"answer state {guard.state[0]!r}"
-        )
+        ))
+        for (i, guard), live in zip(guarded, alive, strict=True) if not live
+    ]

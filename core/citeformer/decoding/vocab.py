@@ -88,6 +88,11 @@ class Vocabulary:
         """Whether the id token also opens the next marker of the group (``][``)."""
 
     @cached_property
+    def any_openers(self) -> np.ndarray:
+        """Every token that writes a marker opener: ``glued_openers``, then ``openers``."""
+        return torch.cat([self.glued_openers, self.openers]).numpy()
+
+    @cached_property
     def id_groups(self) -> dict[str, tuple[list[int], list[int], list[int]]]:
         """The id tokens by their leading digits, as positions in ``id_token_ids``.
 

@@ -20,6 +20,21 @@ def default_generator() -> CiteGenerator:
     return CiteGenerator.default(progress=False)
 
 
+@pytest.fixture(scope="session")
+def embedded_tokenizer() -> Any:
+    """The embedded SmolLM2-135M-Instruct's tokenizer without its weights: from the model's cache
+    where a run has built it (well under a second), else from the GGUF (about 4 s)."""
+    from transformers import AutoTokenizer
+
+    from citeformer.default_model import cache_folder, gguf_path
+
+    gguf = gguf_path()
+    cached = cache_folder(gguf)
+    if (cached / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(cached)
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
 _LLAMA_SERVERS: list[LlamaServer] = []
 """The session's llama.cpp server once started, watched by ``_llama_server_alive``."""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 __all__ = [
+    "MAX_BIAS",
     "CitationOutOfRangeError",
     "CiteformerError",
     "EmptyQuestionError",
@@ -41,9 +42,19 @@ __all__ = [
     "ServerIgnoredGrammarError",
     "ServerResponseError",
     "TokenizerMismatchError",
-    "check_non_negative",
+    "check_float",
+    "check_int",
     "check_positive_int",
+    "shown",
 ]
+
+MAX_BIAS = 1e4
+"""The largest weight, bias or penalty, in logits, an option may set (``Readability``'s
+penalties and biases, an evidence weight). The levers multiply one by at most a count of the
+answer's words or sentences (bounded by ``max_new_tokens``) or by a score in 0..1, and add a
+dozen such values to a logit per step: even at this bound that stays below 1e15, far from
+float32's largest number (3.4e38), so no sum or product overflows to ``inf`` and no ``0 * inf``
+leaves a NaN on a token the grammar forbids."""
 
 
 class CiteformerError(Exception):
@@ -125,17 +136,54 @@ class ServerIgnoredGrammarError(GrammarViolationError):
         """The offending marker as the server wrote it, e.g. ``'[7]'``."""
 
 
+def shown(value: object) -> str:
+    """``repr(value)`` for a message, cut short: a huge int is named by its length, not written."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        # Never str() it: past 4,300 digits Python refuses to, and a message needs no more.
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        return f"{'-' if value < 0 else ''}an int of about {digits} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_positive_int(name: str, value: object) -> int:
     """``value`` if it is an int >= 1 (``True`` is no int here); else an error naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInputError(f"{name} must be a positive int, got {value!r}")
+        raise InvalidInputError(f"{name} must be a positive int, got {shown(value)}")
     return value
 
 
-def check_non_negative(name: str, value: object) -> float:
-    """``value`` as a float if it is a finite number >= 0; else an error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        math.isfinite(value) and value >= 0
-    ):
-        raise InvalidInputError(f"{name} must be a finite number >= 0, got {value!r}")
+def check_int(name: str, value: object, low: int, high: int) -> int:
+    """``value`` if it is an int from ``low`` to ``high``; else an error naming ``name``.
+
+    ``True`` is no int here. The range is checked before anything else reads the number, so a
+    400-digit int is refused with a ``ValueError`` (``InvalidInputError``), not an
+    ``OverflowError`` from ``math``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputTypeError(
+            f"{name} must be an int from {low} to {high}, got {type(value).__name__} "
+            f"{shown(value)}"
+        )
+    if not low <= value <= high:
+        raise InvalidInputError(f"{name} must be an int from {low} to {high}, got {shown(value)}")
+    return value
+
+
+def check_float(
+    name: str, value: object, low: float, high: float, *, above: bool = False
+) -> float:
+    """``value`` as a float if it is a number from ``low`` to ``high``; else an error naming it.
+
+    ``above``: ``value`` must be greater than ``low``, not equal to it. Bools, NaN and infinities
+    are refused; an int is compared with the range before it is converted, so a 400-digit one is
+    refused with a ``ValueError`` (``InvalidInputError``), not an ``OverflowError``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputTypeError(f"{name} must be a number, got {type(value).__name__} {shown(value)}")
+    if not (low < value <= high if above else low <= value <= high):  # NaN is in no range
+        raise InvalidInputError(
+            f"{name} must be a finite number {'>' if above else '>='} {low:g} and <= {high:g}, "
+            f"got {shown(value)}"
+        )
     return float(value)

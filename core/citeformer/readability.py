@@ -30,17 +30,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from citeformer.errors import InvalidInputError, check_non_negative
+from citeformer.errors import MAX_BIAS, InvalidInputError, check_float, check_int, shown
 
 __all__ = [
+    "MAX_COUNT",
     "OFF",
     "Readability",
 ]
 
+MAX_COUNT = 1000
+"""The largest value of each int setting (``no_repeat_ngram``, ``wrap_up_words``, ...): the most
+words a sentence may hold (``GrammarOptions.max_sentence_words``), and more tokens than any
+n-gram worth blocking."""
+
 
 @dataclass(frozen=True)
 class Readability:
-    """Settings of the readability processors; ``None``/``0`` turns one off."""
+    """Settings of the readability processors; ``None``/``0`` turns one off.
+
+    Every setting is checked against its range: the penalties and biases (``number_penalty``,
+    ``code_penalty``, ``end_bias``, ``wrap_up_bias``) 0 to ``MAX_BIAS`` (1e4 logits), the
+    supports (``auto_cite_support``, ``clause_support``) 0 to 1, the ints 0 to ``MAX_COUNT``
+    (1000); outside it, an ``InvalidInputError`` (a ``ValueError``) names the setting.
+    """
 
     end_intent: bool = True
     """Move the probability of ending a sentence to opening a marker where the grammar requires
@@ -111,30 +123,19 @@ class Readability:
         for flag in ("end_intent", "cite_after_punctuation", "cite_closed", "period_after_marker"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidInputError(
-                    f"{flag} must be True or False, got {getattr(self, flag)!r}"
+                    f"{flag} must be True or False, got {shown(getattr(self, flag))}"
                 )
-        if self.auto_cite_support is not None and not 0 <= self.auto_cite_support <= 1:
-            raise InvalidInputError(
-                f"auto_cite_support must be between 0 and 1 or None, got "
-                f"{self.auto_cite_support!r}"
-            )
-        clause = self.clause_support
-        if clause is not None and (
-            isinstance(clause, bool) or not isinstance(clause, int | float) or not 0 <= clause <= 1
-        ):
-            raise InvalidInputError(
-                f"clause_support must be between 0 and 1 or None, got {self.clause_support!r}"
-            )
+        for name in ("auto_cite_support", "clause_support"):
+            if getattr(self, name) is not None:
+                check_float(name, getattr(self, name), 0.0, 1.0)
         for name in ("no_repeat_ngram", "no_repeat_words"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value == 1:
-                raise InvalidInputError(f"{name} must be 0 (off) or an int >= 2, got {value!r}")
+            value = check_int(name, getattr(self, name), 0, MAX_COUNT)
+            if value == 1:
+                raise InvalidInputError(f"{name} must be 0 (off) or an int >= 2, got 1")
         for name in ("wrap_up_words", "max_punctuation_run", "min_claim_words"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidInputError(f"{name} must be an int >= 0 (0: off), got {value!r}")
+            check_int(name, getattr(self, name), 0, MAX_COUNT)
         for name in ("number_penalty", "code_penalty", "end_bias", "wrap_up_bias"):
-            check_non_negative(name, getattr(self, name))
+            check_float(name, getattr(self, name), 0.0, MAX_BIAS)
 
 
 OFF = Readability(

@@ -11,7 +11,6 @@ sources per call.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -24,7 +23,9 @@ from citeformer.errors import (
     InputTypeError,
     InvalidInputError,
     NoSourcesError,
-    check_positive_int,
+    check_float,
+    check_int,
+    shown,
 )
 from citeformer.evidence.refusal import Band, Refusal
 from citeformer.evidence.scoring import DEFAULT_EVIDENCE, Evidence, resolve_evidence
@@ -47,7 +48,10 @@ __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
     "DEFAULT_POLICY",
     "GENERATOR_DEFAULT",
+    "MAX_NEW_TOKENS",
     "MAX_SEED",
+    "MAX_TEMPERATURE",
+    "MIN_TEMPERATURE",
     "AnswerChunks",
     "AnswerGenerator",
     "AsyncAnswerChunks",
@@ -71,6 +75,13 @@ DEFAULT_POLICY = Policy.REQUIRED
 DEFAULT_MAX_NEW_TOKENS = 160
 DEFAULT_BATCH_SIZE = 8
 """Rows decoded together by ``answer_batch`` and the wrappers' ``batch`` with a local model."""
+MAX_NEW_TOKENS = 2**31 - 1
+"""Largest ``max_new_tokens``: more than any model's context, and a count every engine takes."""
+MIN_TEMPERATURE = 0.01
+MAX_TEMPERATURE = 100.0
+"""Sampling temperatures accepted (``MIN_TEMPERATURE`` to this). Logits are divided by it: a
+smaller one overflows them to ``inf`` sooner (vLLM raises any temperature below 0.01 to 0.01 for
+that reason); above 100 every allowed token is about equally likely."""
 MAX_SEED = 2**63 - 1
 """Largest seed accepted: torch and every serving engine take a signed 64-bit seed."""
 
@@ -121,13 +132,14 @@ class GenerationRequest:
     """Where the grammar requires markers."""
 
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
-    """Most tokens to generate."""
+    """Most tokens to generate, 1 to ``MAX_NEW_TOKENS`` (2**31-1)."""
 
     do_sample: bool = False
     """Sample (at ``temperature``) instead of greedy decoding."""
 
     temperature: float = 1.0
-    """Sampling temperature, finite and > 0; used when ``do_sample``."""
+    """Sampling temperature, 0.01 to 100 (``MIN_TEMPERATURE``, ``MAX_TEMPERATURE``); used when
+    ``do_sample``."""
 
     seed: int | None = None
     """Seed of the sampler (0..2**63-1), for reproducible samples, or ``None``."""
@@ -167,7 +179,7 @@ class GenerationRequest:
         set_(self, "question", check_question(self.question))
         set_(self, "sources", normalize_sources(self.sources))
         set_(self, "policy", Policy.coerce(self.policy))
-        check_positive_int("max_new_tokens", self.max_new_tokens)
+        check_int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         _check_bool("do_sample", self.do_sample)
         set_(self, "temperature", _check_temperature(self.temperature))
         _check_seed(self.seed)
@@ -497,30 +509,31 @@ def _check_metadata(name: str, value: object, depth: int = 0) -> None:
 
 def _check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise InputTypeError(f"{name} must be True or False, got {value!r}")
+        raise InputTypeError(f"{name} must be True or False, got {shown(value)}")
     return value
 
 
 def _check_temperature(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputTypeError(
-            f"temperature must be a number, got {type(value).__name__} {value!r}"
-        )
-    if not (math.isfinite(value) and value > 0):
-        raise InvalidInputError(
-            f"temperature must be a finite number > 0, got {value!r}; use do_sample=False "
-            "for greedy decoding"
-        )
-    return float(value)
+    try:
+        return check_float("temperature", value, MIN_TEMPERATURE, MAX_TEMPERATURE)
+    except InvalidInputError as error:
+        if (
+            isinstance(value, (int, float)) and not isinstance(value, bool)
+            and value < MIN_TEMPERATURE
+        ):
+            raise InvalidInputError(f"{error}; use do_sample=False for greedy decoding") from None
+        raise
 
 
 def _check_seed(value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputTypeError(f"seed must be an int or None, got {type(value).__name__} {value!r}")
+        raise InputTypeError(
+            f"seed must be an int or None, got {type(value).__name__} {shown(value)}"
+        )
     if not 0 <= value <= MAX_SEED:
-        raise InvalidInputError(f"seed must be between 0 and 2**63-1, got {value!r}")
+        raise InvalidInputError(f"seed must be between 0 and 2**63-1, got {shown(value)}")
     return value
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from citeformer.errors import InvalidInputError
+from citeformer.errors import InvalidInputError, shown
 
 __all__ = [
     "TITLE_KEYS",
@@ -48,7 +48,7 @@ class Policy(str, enum.Enum):
                 if key in (policy.value, policy.name.lower()):
                     return policy
         choices = ", ".join(p.value for p in cls)
-        raise InvalidInputError(f"unknown citation policy {value!r}; use one of: {choices}")
+        raise InvalidInputError(f"unknown citation policy {shown(value)}; use one of: {choices}")
 
 
 TITLE_KEYS = ("title", "file_name", "source")

@@ -92,6 +92,21 @@ def test_arguments_are_checked_before_anything_runs(gen: CiteGenerator) -> None:
             call(QUESTION, SOURCES, prompt="")
 
 
+@pytest.mark.parametrize("options", [
+    {"temperature": 1e308}, {"temperature": 10**400}, {"temperature": float("nan")},
+    {"max_new_tokens": 10**400}, {"max_group": 10**400}, {"max_sentence_words": 1e308},
+], ids=["temperature=1e308", "temperature=10**400", "temperature=nan", "max_new_tokens=10**400",
+        "max_group=10**400", "max_sentence_words=1e308"])
+def test_numbers_out_of_range_are_refused_before_anything_runs(
+    gen: CiteGenerator, options: dict[str, Any]
+) -> None:
+    (name,) = options
+    for call in (gen.generate, gen.stream):
+        with pytest.raises(InvalidInputError, match=f"{name} must be") as raised:
+            call(QUESTION, SOURCES, do_sample=True, **options)
+        assert isinstance(raised.value, ValueError) and len(str(raised.value)) < 300
+
+
 def test_compiled_grammars_are_cached_and_bounded(gen: CiteGenerator) -> None:
     from citeformer.decoding.engine import TransformersEngine
 

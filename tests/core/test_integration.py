@@ -46,7 +46,7 @@ def test_a_template_is_checked_once_and_each_call_fills_it() -> None:
     # A call's grammar options replace the settings' as a whole.
     replaced = call_request(template, "Capital?", SOURCES, **{GRAMMAR_SETTING: {"max_group": 2}})
     assert replaced.grammar == GrammarOptions(max_group=2)
-    with pytest.raises(InvalidInputError, match="max_new_tokens must be a positive int"):
+    with pytest.raises(InvalidInputError, match="max_new_tokens must be an int from 1"):
         settings_template({"max_new_tokens": 0})
     with pytest.raises(InputTypeError, match="history belong to one call"):
         settings_template({"history": []})

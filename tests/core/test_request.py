@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -19,22 +21,30 @@ from citeformer import (
     Source,
     build_request,
 )
-from citeformer.evidence import LexicalEvidence
+from citeformer.errors import MAX_BIAS
+from citeformer.evidence import EmbeddingEvidence, LexicalEvidence
+from citeformer.evidence.refusal import Refusal
+from citeformer.grammar.rules import OPTION_LIMITS
+from citeformer.readability import MAX_COUNT, Readability
 from citeformer.request import GENERATOR_DEFAULT
 
 SOURCES = ["Paris is the capital of France.", "Berlin is the capital of Germany."]
 
 # (keyword arguments, error class, a fragment the message must hold)
 BAD_OPTIONS: list[tuple[dict[str, object], type[Exception], str]] = [
-    ({"max_new_tokens": 0}, InvalidInputError, "max_new_tokens must be a positive int, got 0"),
-    ({"max_new_tokens": 2.5}, InvalidInputError, "max_new_tokens must be a positive int"),
-    ({"max_new_tokens": True}, InvalidInputError, "max_new_tokens must be a positive int"),
-    ({"temperature": math.inf}, InvalidInputError, "temperature must be a finite number > 0"),
-    ({"temperature": math.nan}, InvalidInputError, "temperature must be a finite number > 0"),
-    ({"temperature": 0}, InvalidInputError, "temperature must be a finite number > 0, got 0"),
+    ({"max_new_tokens": 0}, InvalidInputError,
+     "max_new_tokens must be an int from 1 to 2147483647, got 0"),
+    ({"max_new_tokens": 2.5}, InputTypeError, "max_new_tokens must be an int from 1"),
+    ({"max_new_tokens": True}, InputTypeError, "max_new_tokens must be an int from 1"),
+    ({"temperature": math.inf}, InvalidInputError,
+     "temperature must be a finite number >= 0.01 and <= 100, got inf"),
+    ({"temperature": math.nan}, InvalidInputError, "temperature must be a finite number >= 0.01"),
+    ({"temperature": 0}, InvalidInputError,
+     "temperature must be a finite number >= 0.01 and <= 100, got 0; use do_sample=False"),
     ({"temperature": -1.0}, InvalidInputError, "got -1.0"),
     ({"temperature": "hot"}, InputTypeError, "temperature must be a number, got str 'hot'"),
     ({"seed": 2**64}, InvalidInputError, "seed must be between 0 and 2**63-1"),
+    ({"seed": 10**400}, InvalidInputError, "2**63-1, got an int of about 401 digits"),
     ({"seed": -1}, InvalidInputError, "seed must be between 0 and 2**63-1"),
     ({"seed": "x"}, InputTypeError, "seed must be an int or None, got str 'x'"),
     ({"seed": 1.0}, InputTypeError, "seed must be an int or None"),
@@ -79,6 +89,62 @@ def test_bad_options_name_the_value(
 def test_bad_question_or_sources(question: object, sources: object, error: type) -> None:
     with pytest.raises(error):
         build_request(question, sources)  # type: ignore[arg-type]
+
+
+# Every number a request holds but the seed (its own table above), by what takes it:
+# (maker, keyword, the least and the most it takes).
+RANGES: list[tuple[Callable[..., object], str, float, float]] = [
+    (partial(build_request, "Capital?", SOURCES), "max_new_tokens", 1, 2**31 - 1),
+    (partial(build_request, "Capital?", SOURCES), "temperature", 0.01, 100.0),
+    *[(partial(build_request, "Capital?", SOURCES), name, 1, limit)
+      for name, limit in OPTION_LIMITS.items() if name != "min_quote_chars"],
+    *[(Readability, name, 0.0, MAX_BIAS)
+      for name in ("number_penalty", "code_penalty", "end_bias", "wrap_up_bias")],
+    *[(Readability, name, 0.0, 1.0) for name in ("auto_cite_support", "clause_support")],
+    *[(Readability, name, 0, MAX_COUNT) for name in (
+        "no_repeat_ngram", "no_repeat_words", "max_punctuation_run", "min_claim_words",
+        "wrap_up_words",
+    )],
+    (LexicalEvidence, "weight", 1e-9, MAX_BIAS),  # above 0
+    (LexicalEvidence, "question_weight", 0.0, MAX_BIAS),
+    (EmbeddingEvidence, "weight", 1e-9, MAX_BIAS),
+    (Refusal, "threshold", 0.0, 1.0),
+    (partial(Refusal, threshold=0.0), "offer_below", 0.0, 1.0),
+]
+RANGE_IDS = [f"{getattr(make, 'func', make).__name__}.{name}" for make, name, *_ in RANGES]
+# Out of every range: a float whose product with a logit overflows float32, an int too large
+# for a float, NaN, the infinities, and a bool (a number to Python).
+OUT_OF_RANGE = [
+    pytest.param(10**400, id="400-digit int"), pytest.param(-(10**400), id="-400-digit int"),
+    pytest.param(1e308, id="1e308"), pytest.param(-1e308, id="-1e308"),
+    pytest.param(math.nan, id="nan"), pytest.param(math.inf, id="inf"),
+    pytest.param(-math.inf, id="-inf"), pytest.param(True, id="True"),
+]
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE)
+@pytest.mark.parametrize(("make", "name", "low", "high"), RANGES, ids=RANGE_IDS)
+def test_every_number_out_of_its_range_is_refused_naming_it(
+    make: Callable[..., object], name: str, low: float, high: float, value: object
+) -> None:
+    if name == "offer_below" and value == math.inf:
+        return  # the documented "offer it to every answer"
+    with pytest.raises(InvalidInputError) as raised:
+        make(**{name: value})
+    message = str(raised.value)
+    assert name in message and isinstance(raised.value, ValueError)
+    assert len(message) < 300  # a 400-digit int is named by its length, not written out
+
+
+@pytest.mark.parametrize(("make", "name", "low", "high"), RANGES, ids=RANGE_IDS)
+def test_every_range_is_kept_to_its_ends(
+    make: Callable[..., object], name: str, low: float, high: float
+) -> None:
+    make(**{name: low})
+    make(**{name: high})
+    past, shown = (high + 1, f"{high}") if isinstance(high, int) else (high * 1.001, f"{high:g}")
+    with pytest.raises(InvalidInputError, match=f"{name} .*(to|<=|at most) {shown}, got"):
+        make(**{name: past})
 
 
 def test_type_errors_are_also_type_errors() -> None:

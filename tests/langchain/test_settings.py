@@ -95,7 +95,7 @@ def test_every_option_of_the_schema_reaches_the_request() -> None:
     ("fields", "named"),
     [({"readability": "calm"}, "readability"), ({"grammar_options": {"max_words": 3}},
                                                  "unknown grammar option"),
-     ({"temperature": 0.0}, "temperature must be a finite number > 0")],
+     ({"temperature": 0.0}, "temperature must be a finite number >= 0.01")],
 )
 def test_a_bad_setting_is_refused_at_construction(fields: dict[str, Any], named: str) -> None:
     with pytest.raises(ValidationError, match=named):

@@ -161,5 +161,5 @@ def test_the_option_fields_are_request_options_with_the_core_defaults() -> None:
     assert (llm.do_sample, llm.temperature, llm.seed) == (
         GenerationRequest.do_sample, GenerationRequest.temperature, GenerationRequest.seed
     )
-    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0.01"):
         LocalLLM(FakeGenerator(), temperature=0.0)

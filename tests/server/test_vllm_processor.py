@@ -52,8 +52,13 @@ def test_a_failing_request_is_ended_and_the_other_steered(report: dict[str, Any]
 
 
 def test_params_are_checked_at_admission(report: dict[str, Any]) -> None:
-    good, none, handshake, broken = report["validate"]
+    good, none, handshake, broken, heavy, huge = report["validate"]
     assert (good, none) == ("ok", "ok")
     assert handshake == report["handshake_reply"]
     assert broken.startswith("citeformer is not valid JSON")
+    assert heavy.startswith("citeformer.evidence: evidence weight must be a finite number > 0")
+    assert huge == (
+        "citeformer.readability: end_bias must be a finite number >= 0 and <= 10000, got an int "
+        "of about 401 digits"
+    )
     assert "does not run with speculative decoding" in report["speculative"]

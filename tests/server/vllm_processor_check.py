@@ -135,7 +135,11 @@ def main(model_dir: str) -> None:
 
     # validate_params: the frontend's check, a ValueError vLLM answers with HTTP 400.
     said = []
-    for extra in ({PAYLOAD_KEY: payload}, {}, {PAYLOAD_KEY: HANDSHAKE}, {PAYLOAD_KEY: "{"}):
+    # Numbers past their range: a weight whose product overflows float32, a 400-digit int.
+    heavy = {**json.loads(payload), "evidence": {"name": "lexical", "weight": 1e308}}
+    huge = {**json.loads(payload), "readability": {"end_bias": 10**400}}
+    for extra in ({PAYLOAD_KEY: payload}, {}, {PAYLOAD_KEY: HANDSHAKE}, {PAYLOAD_KEY: "{"},
+                  {PAYLOAD_KEY: json.dumps(heavy)}, {PAYLOAD_KEY: json.dumps(huge)}):
         try:
             SteeringProcessor.validate_params(SamplingParams(extra_args=extra))
             said.append("ok")

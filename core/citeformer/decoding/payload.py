@@ -4,7 +4,9 @@ What the steering of one answer needs (the question, the sources' texts and titl
 the grammar, readability and evidence settings) travels with a request to the engine (vLLM's
 ``vllm_xargs``, ``SamplingParams.extra_args``) under ``PAYLOAD_KEY``, and the processor there
 rebuilds the ``GenerationRequest`` from it with the same checks as ``build_request``: a payload
-some other client made up is refused with an error that names the field, never half-read.
+some other client made up is refused with an error that names the field, never half-read. Every
+number in it is held to its option's range (a weight of ``1e308``, a 400-digit int, ``NaN``) by
+an ``InvalidInputError``, a ``ValueError``: vLLM answers it with HTTP 400.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.errors import InputTypeError, InvalidInputError, shown
 from citeformer.evidence.refusal import Refusal
 from citeformer.evidence.scoring import EmbeddingEvidence, Evidence, LexicalEvidence
 from citeformer.grammar.rules import GrammarOptions
@@ -89,7 +91,7 @@ def request_from_payload(payload: object) -> GenerationRequest:
         raise InputTypeError(f"{PAYLOAD_KEY} must be a JSON object, got {type(data).__name__}")
     if data.get("v") != PAYLOAD_VERSION:
         raise InvalidInputError(
-            f"{PAYLOAD_KEY}.v is {data.get('v')!r}; this processor reads version "
+            f"{PAYLOAD_KEY}.v is {shown(data.get('v'))}; this processor reads version "
             f"{PAYLOAD_VERSION}: install the same citeformer in the client and the server"
         )
     unknown = sorted(set(data) - _FIELDS)
@@ -150,9 +152,9 @@ def _evidence(value: object) -> Evidence | str | None:
     settings = dict(value)
     name = settings.pop("name", None)
     kinds: dict[str, type[Evidence]] = {"lexical": LexicalEvidence, "embedding": EmbeddingEvidence}
-    if name not in kinds:
+    if not isinstance(name, str) or name not in kinds:
         raise InvalidInputError(
-            f"{PAYLOAD_KEY}.evidence.name is {name!r}; use one of {', '.join(kinds)}"
+            f"{PAYLOAD_KEY}.evidence.name is {shown(name)}; use one of {', '.join(kinds)}"
         )
     return _options(kinds[name], "evidence", settings)  # type: ignore[no-any-return]
 

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.errors import InvalidInputError, check_float, shown
 from citeformer.evidence.scoring import content_words
 from citeformer.grammar.rules import REFUSAL_FORBIDDEN
 from citeformer.types import Source
@@ -99,16 +99,20 @@ class Refusal:
     """How support is measured: ``"lexical"`` or ``"embedding"`` (see the module)."""
 
     threshold: float | None = None
-    """Support below which the answer is the refusal; ``None``: the measure's default
-    (``DEFAULT_THRESHOLDS``); 0: never without the model's choice."""
+    """Support below which the answer is the refusal, from 0 to 1 (a support is at most 1);
+    ``None``: the measure's default (``DEFAULT_THRESHOLDS``); 0: never without the model's
+    choice."""
 
     offer_below: float | None = None
-    """Support below which (and at or above ``threshold``) the model may choose the refusal;
-    ``None``: no such band. ``math.inf`` offers it to every answer not refused outright."""
+    """Support below which (and at or above ``threshold``) the model may choose the refusal,
+    from ``threshold`` to 1; ``None``: no such band. ``math.inf`` offers it to every answer not
+    refused outright."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text.strip():
-            raise InvalidInputError(f"refusal text must be a non-blank string, got {self.text!r}")
+            raise InvalidInputError(
+                f"refusal text must be a non-blank string, got {shown(self.text)}"
+            )
         if len(self.text) > _MAX_TEXT_CHARS or any(c in self.text for c in REFUSAL_FORBIDDEN):
             raise InvalidInputError(
                 f"refusal text must be one line of at most {_MAX_TEXT_CHARS} characters without "
@@ -118,16 +122,18 @@ class Refusal:
         if self.support not in SUPPORT_MEASURES:
             raise InvalidInputError(
                 f"refusal support must be one of {', '.join(SUPPORT_MEASURES)}, got "
-                f"{self.support!r}"
+                f"{shown(self.support)}"
             )
-        for name in ("threshold", "offer_below"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise InputTypeError(f"refusal {name} must be a number or None, got {value!r}")
-            if math.isnan(value) or value < 0:
-                raise InvalidInputError(f"refusal {name} must be a number >= 0, got {value!r}")
+        if self.threshold is not None:
+            object.__setattr__(
+                self, "threshold", check_float("refusal threshold", self.threshold, 0.0, 1.0)
+            )
+        if self.offer_below is not None and self.offer_below != math.inf:
+            object.__setattr__(
+                self, "offer_below", check_float(
+                    "refusal offer_below (or math.inf)", self.offer_below, 0.0, 1.0
+                )
+            )
         if self.offer_below is not None and self.offer_below < self.limit:
             raise InvalidInputError(
                 f"refusal offer_below ({self.offer_below}) is below its threshold ({self.limit}),"

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from citeformer.errors import InputTypeError, InvalidInputError, check_non_negative
+from citeformer.errors import MAX_BIAS, InputTypeError, InvalidInputError, check_float
 from citeformer.grammar.markers import OPEN_GROUP
 from citeformer.types import Source
 
@@ -115,18 +115,16 @@ class Support:
 
 
 class Evidence:
-    """A way to score sources against a claim, and the weight of that score in the logits."""
+    """A way to score sources against a claim, and the weight of that score in the logits.
+
+    ``weight``: greater than 0 and at most ``MAX_BIAS`` (1e4); a score is in 0..1, so the bias it
+    adds stays finite in float32 (``citeformer.errors.MAX_BIAS``).
+    """
 
     name = "evidence"
 
     def __init__(self, *, weight: float) -> None:
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (
-            math.isfinite(weight) and weight > 0
-        ):
-            raise InvalidInputError(
-                f"evidence weight must be a positive finite number, got {weight!r}"
-            )
-        self.weight = float(weight)
+        self.weight = check_float("evidence weight", weight, 0.0, MAX_BIAS, above=True)
 
     def bind(self, question: str, sources: Sequence[Source]) -> Support:
         """Prepare the scoring of ``sources`` for one call; heavy work waits for a marker."""
@@ -162,7 +160,7 @@ class LexicalEvidence(Evidence):
         question_weight: float = DEFAULT_QUESTION_WEIGHT,
     ) -> None:
         super().__init__(weight=weight)
-        self.question_weight = check_non_negative("question_weight", question_weight)
+        self.question_weight = check_float("question_weight", question_weight, 0.0, MAX_BIAS)
 
     def bind(self, question: str, sources: Sequence[Source]) -> Support:  # noqa: D102
         return _LexicalSupport(question, sources, self.question_weight)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
-from citeformer.errors import InputTypeError, InvalidInputError, check_positive_int
+from citeformer.errors import InputTypeError, InvalidInputError, check_positive_int, shown
 from citeformer.grammar.quote_rules import quote_rules
 from citeformer.grammar.quotes import DEFAULT_MIN_QUOTE_CHARS, DEFAULT_QUOTABLE_CHARS
 from citeformer.types import Policy, Source
@@ -75,7 +75,12 @@ _DOTTED = re.compile(r"[\w-]+(?:\.[\w-]+)+")
 
 @dataclass(frozen=True)
 class GrammarOptions:
-    """The options that shape a citation grammar, checked; every field has its default."""
+    """The options that shape a citation grammar, checked; every field has its default.
+
+    Each int option is from 1 to its ``OPTION_LIMITS`` value (``max_group`` 10,
+    ``max_sentence_words`` 1000, ``max_word_chars`` 128, ``max_quote_chars`` and
+    ``min_quote_chars`` 10,000, ``quotable_chars`` 100,000).
+    """
 
     max_group: int = DEFAULT_MAX_GROUP
     """Most markers in one cite-group (``[1][2][3]`` is 3)."""
@@ -113,20 +118,20 @@ class GrammarOptions:
             value = getattr(self, spec.name)
             if spec.name in ("verbatim_quotes", "source_terms"):
                 if not isinstance(value, bool):
-                    raise InputTypeError(f"{spec.name} must be True or False, got {value!r}")
+                    raise InputTypeError(f"{spec.name} must be True or False, got {shown(value)}")
             elif spec.name == "sentence_ends":
                 if not isinstance(value, str) or not value or set(value) - set(".!?"):
                     raise InvalidInputError(
                         f"sentence_ends must be a non-empty string of '.', '!' and '?', got "
-                        f"{value!r}"
+                        f"{shown(value)}"
                     )
             else:
                 check_positive_int(spec.name, value)
                 limit = OPTION_LIMITS[spec.name]
                 if value > limit:
                     raise InvalidInputError(
-                        f"{spec.name} must be at most {limit}, got {value}: a larger one makes "
-                        f"the grammar too costly to compile; pass {spec.name}={limit} or less"
+                        f"{spec.name} must be at most {limit}, got {shown(value)}: a larger one "
+                        f"makes the grammar too costly to compile; pass {spec.name}={limit} or less"
                     )
         if self.min_quote_chars > self.max_quote_chars:
             raise InvalidInputError(

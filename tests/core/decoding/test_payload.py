@@ -14,6 +14,7 @@ from citeformer.decoding.payload import (
     request_from_payload,
     steering_payload,
 )
+from citeformer.errors import shown
 from citeformer.evidence import EmbeddingEvidence, Evidence, LexicalEvidence
 from citeformer.readability import OFF, Readability
 from citeformer.request import GENERATOR_DEFAULT
@@ -82,7 +83,7 @@ def good() -> dict[str, object]:
     (json.dumps({**good(), "evidence": {"name": "bm25"}}), InvalidInputError,
      "citeformer.evidence.name is 'bm25'"),
     (json.dumps({**good(), "evidence": {"name": "lexical", "weight": -2}}), InvalidInputError,
-     "citeformer.evidence: evidence weight must be a positive"),
+     "citeformer.evidence: evidence weight must be a finite number > 0 and <= 10000"),
     (json.dumps({**good(), "evidence": 7}), InputTypeError, "citeformer.evidence must be null"),
 ])
 def test_a_malformed_payload_is_refused_naming_the_field(
@@ -91,6 +92,41 @@ def test_a_malformed_payload_is_refused_naming_the_field(
     with pytest.raises(error, match=named) as raised:
         request_from_payload(payload)
     assert isinstance(raised.value, ValueError)  # what vLLM answers with an HTTP 400
+
+
+def with_setting(section: str, name: str, value: object) -> str:
+    """A good payload with one setting changed; ``json.dumps`` writes NaN and Infinity too."""
+    data = good()
+    if section == "evidence":
+        data["evidence"] = {"name": "lexical", name: value}
+    else:
+        data[section] = {name: value}
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(("section", "name", "value"), [
+    ("evidence", "weight", 1e308),  # its float32 product with a score is inf, then 0 * inf NaN
+    ("evidence", "weight", 10**400),
+    ("evidence", "weight", float("nan")),
+    ("evidence", "question_weight", float("inf")),
+    ("evidence", "question_weight", -1e308),
+    ("readability", "end_bias", 1e308),
+    ("readability", "end_bias", 10**400),
+    ("readability", "wrap_up_bias", float("inf")),
+    ("readability", "number_penalty", True),
+    ("readability", "clause_support", float("nan")),
+    ("readability", "no_repeat_ngram", 10**400),
+    ("readability", "wrap_up_words", 1001),
+    ("grammar", "max_group", 10**400),
+    ("grammar", "max_word_chars", 1e308),
+], ids=lambda value: shown(value) if isinstance(value, (int, float)) else None)
+def test_a_number_out_of_its_range_is_refused_naming_the_field(
+    section: str, name: str, value: object
+) -> None:
+    with pytest.raises(InvalidInputError, match=f"citeformer.{section}: .*{name}") as raised:
+        request_from_payload(with_setting(section, name, value))
+    assert isinstance(raised.value, ValueError)  # vLLM answers it with an HTTP 400, not a 500
+    assert len(str(raised.value)) < 300
 
 
 def test_a_payload_is_bounded() -> None:

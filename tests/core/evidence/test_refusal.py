@@ -146,10 +146,13 @@ def test_the_default_threshold_is_the_measures() -> None:
     ({"text": "Two\nlines."}, InvalidInputError, "one line"),
     ({"text": "x" * 501}, InvalidInputError, "at most 500 characters"),
     ({"support": "bm25"}, InvalidInputError, "one of lexical, embedding, got 'bm25'"),
-    ({"threshold": -0.1}, InvalidInputError, "threshold must be a number >= 0, got -0.1"),
-    ({"threshold": math.nan}, InvalidInputError, "threshold must be a number >= 0, got nan"),
-    ({"threshold": True}, InputTypeError, "threshold must be a number or None, got True"),
-    ({"offer_below": "high"}, InputTypeError, "offer_below must be a number or None"),
+    ({"threshold": -0.1}, InvalidInputError,
+     "threshold must be a finite number >= 0 and <= 1, got -0.1"),
+    ({"threshold": math.nan}, InvalidInputError, "threshold must be a finite number >= 0"),
+    ({"threshold": 1.5}, InvalidInputError, "threshold must be a finite number >= 0 and <= 1"),
+    ({"threshold": True}, InputTypeError, "threshold must be a number, got bool True"),
+    ({"offer_below": "high"}, InputTypeError, r"offer_below \(or math.inf\) must be a number"),
+    ({"offer_below": 1.5}, InvalidInputError, r"offer_below \(or math.inf\) must be a finite"),
     ({"threshold": 0.5, "offer_below": 0.2}, InvalidInputError, r"offer_below \(0.2\) is below"),
 ])
 def test_a_bad_refusal_names_the_value(options, error, message) -> None:
@@ -183,10 +186,10 @@ def test_every_answer_carries_what_weighing_its_question_gave() -> None:
     check = answered.refusal
     assert check is not None and (check.band, check.support, check.threshold) == ("answer", 1, 0.5)
     assert check.reason.startswith("support 1.00 >= threshold 0.5")
-    offered = build_request(ANSWERED, TOWER, refusal=Refusal(threshold=0.2, offer_below=1.5))
+    offered = build_request(ANSWERED, TOWER, refusal=Refusal(threshold=0.2, offer_below=math.inf))
     chosen = FakeGenerator(DEFAULT_REFUSAL_TEXT).answer(offered)
     assert chosen.abstained and chosen.refusal is not None and chosen.refusal.band == "offer"
-    assert chosen.refusal.offer_below == 1.5 and "the model chose" in chosen.refusal.reason
+    assert chosen.refusal.offer_below == math.inf and "the model chose" in chosen.refusal.reason
     for request in (build_request(ANSWERED, TOWER, refusal=None),
                     build_request(ANSWERED, TOWER, constrained=False),
                     build_request(ANSWERED, TOWER, refusal=Refusal(threshold=0))):

@@ -79,7 +79,8 @@ def test_the_question_counts_beside_the_claim() -> None:
 
 @pytest.mark.parametrize("value", [-1.0, math.inf, math.nan, True, "1"])
 def test_bad_question_weight_raises(value: object) -> None:
-    with pytest.raises(ValueError, match="question_weight must be a finite number >= 0, got "):
+    match = "question_weight must be a (number|finite number >= 0 and <= 10000), got "
+    with pytest.raises(ValueError, match=match):
         LexicalEvidence(question_weight=value)  # type: ignore[arg-type]
 
 
@@ -106,7 +107,8 @@ def test_resolve_evidence() -> None:
 
 @pytest.mark.parametrize("weight", [0, -1.0, math.inf, math.nan, True, "2"])
 def test_bad_weight_raises(weight: object) -> None:
-    with pytest.raises(ValueError, match="evidence weight must be a positive finite number"):
+    match = "evidence weight must be a (number|finite number > 0 and <= 10000)"
+    with pytest.raises(ValueError, match=match):
         LexicalEvidence(weight=weight)  # type: ignore[arg-type]
 
 

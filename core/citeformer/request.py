@@ -257,6 +257,10 @@ class GenerationRequest:
         ``Band.ANSWER`` without ``refusal`` or without the grammar; measured once, when first
         read (by the generator, before it runs the model).
         """
+        if self.refusal is not None and self.constrained:
+            known = self.refusal.known_band()
+            if known is not None:  # nothing to weigh (a serving engine's processor)
+                return known
         check = self.refusal_check
         return Band.ANSWER if check is None else Band(check.band)
 

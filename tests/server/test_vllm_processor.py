@@ -62,3 +62,23 @@ def test_params_are_checked_at_admission(report: dict[str, Any]) -> None:
         "of about 401 digits"
     )
     assert "does not run with speculative decoding" in report["speculative"]
+
+
+# A request whose grammar compiles for 2 s beside a running one: no step of the running one waits
+# for it longer than this (the processor's WAIT_S, 20 ms, plus the check of the waiting row's
+# candidates and a loaded machine's slack).
+STEP_BOUND_S = 0.1
+
+
+def test_a_slow_compile_delays_no_other_request(report: dict[str, Any]) -> None:
+    assert report["slow_steps"] > 50  # it ran for most of the compile
+    assert report["slow_max_apply_s"] < STEP_BOUND_S
+
+
+def test_a_request_waiting_for_its_grammar_keeps_it(report: dict[str, Any]) -> None:
+    # What it wrote while its grammar compiled is an answer its full grammar accepts...
+    assert report["slow_written_accepted"]
+    assert all(1 <= k <= report["n_sources"] for k in report["slow_markers"])
+    # ...and once compiled, it is steered as in process.
+    assert not report["slow_left"]
+    assert report["slow_steered_equal"] and all(report["slow_steered_equal"])

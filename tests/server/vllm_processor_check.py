@@ -12,7 +12,9 @@ same tokens, and the other row must be untouched.
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +27,7 @@ from citeformer.decoding.levers import Lever
 from citeformer.decoding.payload import HANDSHAKE, HANDSHAKE_REPLY, PAYLOAD_KEY, steering_payload
 from citeformer.decoding.steering import Steering, steering_for
 from citeformer.decoding.vocab import Vocabulary
+from citeformer.grammar.rules import marker_grammar
 
 SOURCES = [
     Source("The Eiffel Tower was completed in March 1889.", title="Eiffel Tower"),
@@ -77,6 +80,7 @@ def main(model_dir: str) -> None:
     )
     v2 = SteeringProcessor(config, states)
     report["v2_added"] = [v2.add_request(2, steered), v2.add_request(0, plain)]
+    v2.wait_prepared(timeout=60)
     states.all_token_ids.gpu[2, :len(PROMPT)] = torch.tensor(PROMPT)
     v2_equal = []
     for step in range(len(answer) + 1):
@@ -94,6 +98,7 @@ def main(model_dir: str) -> None:
     outputs: list[int] = []
     v1.update_state(BatchUpdate(batch_size=2, removed=[], moved=[],
                                 added=[(1, steered, PROMPT, outputs), (0, plain, PROMPT, [])]))
+    v1.wait_prepared(timeout=60)
     v1_equal = []
     for step in range(len(answer) + 1):
         if step:
@@ -126,7 +131,8 @@ def main(model_dir: str) -> None:
     failing = SteeringProcessor(config, torch.device("cpu"), False)
     failing.update_state(BatchUpdate(batch_size=2, removed=[], moved=[],
                                      added=[(0, steered, PROMPT, []), (1, steered, PROMPT, [])]))
-    failing._answers[0].steering.levers = (Raises(),)
+    failing.wait_prepared(timeout=60)
+    failing._answers[0].steering.result().levers = (Raises(),)
     logits = torch.zeros(2, vocab_size)
     failing.apply(logits)
     report["failed_row_kept"] = torch.isfinite(logits[0]).nonzero().flatten().tolist()
@@ -153,7 +159,99 @@ def main(model_dir: str) -> None:
         report["speculative"] = "accepted"
     except ValueError as error:
         report["speculative"] = str(error)
+    report.update(slow_compile(config, tokenizer, steered, request, reference_of=lambda: (
+        steering_for(request, Vocabulary.cached(info), stop, matcher=xgr.GrammarMatcher(compiled))
+    )))
     print(json.dumps(report))
+
+
+SLOW_COMPILE_S = 2.0
+STEP_S = 0.01
+
+
+def slow_compile(
+    config: Any, tokenizer: Any, steered: Any, request: Any, reference_of: Any
+) -> dict[str, Any]:
+    """A request whose grammar compiles for ``SLOW_COMPILE_S`` beside one already running.
+
+    The engine is played as V1's CPU runner plays it: a step of ``STEP_S`` (the forward pass),
+    then ``update_state`` and ``apply``; each row's greedy token is appended to its output.
+    """
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    from citeformer.vllm import SteeringProcessor
+
+    processor = SteeringProcessor(config, torch.device("cpu"), False)
+    running: list[int] = []
+    processor.update_state(BatchUpdate(batch_size=1, removed=[], moved=[],
+                                       added=[(0, steered, PROMPT, running)]))
+    processor.wait_prepared(timeout=60)
+    fast = processor._engine.compile
+
+    def slow(grammar: str) -> Any:
+        time.sleep(SLOW_COMPILE_S)
+        return fast(grammar)
+
+    processor._engine.compile = slow  # type: ignore[method-assign]
+    waiting: list[int] = []
+    processor.update_state(BatchUpdate(batch_size=2, removed=[], moved=[],
+                                       added=[(1, steered, PROMPT, waiting)]))
+    generator = torch.Generator().manual_seed(0)
+    vocab_size = processor._steering._vocab_size
+    # vLLM's own structured output: the markers' grammar, applied before any processor.
+    markers = fast(marker_grammar(request.n_sources, request.grammar.max_group))
+    vllm_grammar = [xgr.GrammarMatcher(markers), xgr.GrammarMatcher(markers)]
+    bitmask = xgr.allocate_token_bitmask(2, vocab_size)
+    durations, rows_equal = [], []
+    answer = processor._answers[1]
+    started = time.monotonic()
+    ready_after = 0.0
+    for _ in range(int(4 * SLOW_COMPILE_S / STEP_S)):
+        time.sleep(STEP_S)
+        processor.update_state(None)
+        logits = torch.randn(2, vocab_size, generator=generator)
+        for row, matcher in enumerate(vllm_grammar):
+            matcher.fill_next_token_bitmask(bitmask, row)
+        xgr.apply_token_bitmask_inplace(logits, bitmask)
+        steering = answer.steered is not None
+        if steering:  # steered: its row as the in-process steering gives it
+            reference = reference_of()
+            for token in waiting:
+                reference.advance(token)
+            expected = logits[1:].clone()
+            Steering(vocab_size).apply(expected, [(0, reference)])
+        began = time.perf_counter()
+        processor.apply(logits)
+        if not steering:
+            durations.append(time.perf_counter() - began)
+            ready_after = time.monotonic() - started
+        else:
+            rows_equal.append(bool(torch.equal(logits[1], expected[0])))
+        for row, output in ((0, running), (1, waiting)):
+            token = int(logits[row].argmax())
+            if token not in processor._stop_ids:  # an end is not written: the row goes on
+                assert vllm_grammar[row].accept_token(token)
+                output.append(token)
+        if len(rows_equal) >= 5:
+            break
+    # The tokens written while the grammar compiled: every one accepted by the full grammar.
+    text = tokenizer.decode(waiting)
+    full = xgr.GrammarMatcher(
+        xgr.GrammarCompiler(xgr.TokenizerInfo([])).compile_grammar(
+            request.grammar_text(spell_quotes=True)
+        ),
+        terminate_without_stop_token=True,
+    )
+    return {
+        "slow_ready_after_s": ready_after,
+        "slow_steps": len(durations),
+        "slow_max_apply_s": max(durations),
+        "slow_written_accepted": bool(full.accept_string(text.encode())),
+        "slow_markers": sorted({int(k) for k in re.findall(r"\[(\d+)\]", text)}),
+        "slow_steered_equal": rows_equal,
+        "slow_left": answer.left,
+        "n_sources": request.n_sources,
+    }
 
 
 def _unidirectional() -> Any:

@@ -216,6 +216,21 @@ class Refusal:
             asked.append(f"{earlier[-1]} {question}")
         return max(((measure(text, sources), text) for text in asked), key=lambda pair: pair[0])
 
+    def known_band(self) -> Band | None:
+        """The band whatever the support, where the thresholds alone decide it; else ``None``.
+
+        Lexical support lies in [0, 1]: a threshold of 0 with ``offer_below`` above 1 offers
+        the refusal to every question, as a serving engine's processor is told
+        (``citeformer.decoding.payload``), with nothing to weigh.
+        """
+        if not self.decides:
+            return Band.ANSWER
+        if self.support == "lexical" and self.limit == 0 and (
+            self.offer_below is not None and self.offer_below > 1
+        ):
+            return Band.OFFER
+        return None
+
     def band_at(self, support: float) -> Band:
         """The band of a question whose support (``score``) is ``support``."""
         if support < self.limit:
@@ -250,13 +265,28 @@ def lexical_support(question: str, sources: Sequence[Source]) -> float:
     return len(held) / len(words) if words else 1.0
 
 
+PAIRED_SOURCES = 32
+"""Sources whose pairs are weighed: the ones holding the most of the question's words.
+
+The best pair is found wherever it lies among them (every question of the benchmarks has at most
+about ten sources, so all of theirs are); past them, pairs of lesser sources are not weighed,
+which keeps a request of 3,000 sources to 496 pairs instead of 4.5 million.
+"""
+
+
 def lexical_cover(question: str, sources: Sequence[Source]) -> tuple[set[str], set[str]]:
-    """The question's words (``question_words``), and the most of them one or two sources hold."""
+    """The question's words (``question_words``), and the most of them one or two sources hold.
+
+    Pairs are weighed among the ``PAIRED_SOURCES`` sources that hold the most words alone.
+    """
     words = question_words(question)
     held = list(dict.fromkeys(  # in the sources' order: the first best is named
         frozenset(words & set(content_words(f"{s.title or ''} {s.text}"))) for s in sources
     ))
     best = max(held, key=len, default=frozenset())
+    if len(held) > PAIRED_SOURCES:  # the largest, kept in the sources' order
+        largest = sorted(range(len(held)), key=lambda i: -len(held[i]))[:PAIRED_SOURCES]
+        held = [held[i] for i in sorted(largest)]
     for one, other in itertools.combinations(held, 2):
         if len(one | other) > len(best):
             best = one | other

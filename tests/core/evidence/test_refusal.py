@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import time
 
 import pytest
 import xgrammar as xgr
@@ -23,10 +25,13 @@ from citeformer.decoding.payload import request_from_payload, steering_payload
 from citeformer.evidence.refusal import (
     DEFAULT_REFUSAL_TEXT,
     DEFAULT_THRESHOLDS,
+    PAIRED_SOURCES,
     Band,
+    lexical_cover,
     lexical_support,
     question_words,
 )
+from citeformer.evidence.scoring import content_words
 from citeformer.grammar.rules import render_grammar
 from citeformer.testing import FakeGenerator
 
@@ -273,3 +278,44 @@ def test_a_server_gets_the_offered_sentence_in_the_payload_and_nothing_else() ->
     with pytest.raises(InputTypeError, match="refusal must be null or a string, got 3"):
         request_from_payload(steering_payload(offered).replace(
             f'"refusal":"{DEFAULT_REFUSAL_TEXT}"', '"refusal":3'))
+
+
+def test_a_processors_refusal_is_offered_without_weighing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a serving engine's processor is told: the band is known, nothing is weighed.
+    from citeformer.evidence import refusal as module
+
+    offered = Refusal(text="No.", threshold=0.0, offer_below=math.inf)
+    assert offered.known_band() is Band.OFFER
+    assert Refusal(text="No.").known_band() is None  # a threshold: the support decides
+
+    def weighed(*_: object) -> None:
+        raise AssertionError("weighed")
+
+    monkeypatch.setattr(module, "lexical_cover", weighed)
+    request = build_request("What is the capital of Peru?", [Source("Lima.")], refusal=offered)
+    assert request.offered_refusal == "No."
+
+
+def test_pairs_are_weighed_among_the_sources_holding_most() -> None:
+    words = [f"w{i}" for i in range(12)]
+    question = "Explain " + " ".join(words) + "?"
+    # The best pair (all twelve words) among many sources holding fewer words each.
+    crowd = [Source(" ".join(words[i % 4: i % 4 + 3])) for i in range(3000)]
+    halves = [Source(" ".join(words[:6])), Source(" ".join(words[6:]))]
+    sources = [*crowd[:1000], halves[0], *crowd[1000:], halves[1]]
+    started = time.perf_counter()
+    held = lexical_cover(question, sources)[1]
+    assert held == set(words)
+    assert time.perf_counter() - started < 2.0  # 3,002 sources: pairs of 32, not of 3,002
+
+
+@pytest.mark.parametrize("count", [2, 5, 10, PAIRED_SOURCES])
+def test_every_pair_is_weighed_up_to_the_bound(count: int) -> None:
+    # Up to PAIRED_SOURCES distinct sources, the same cover as weighing every pair.
+    words = [f"w{i}" for i in range(count + 1)]
+    question = "Explain " + " ".join(words) + "?"
+    sources = [Source(f"{words[i]} {words[(i * 7 + 3) % len(words)]}") for i in range(count)]
+    asked = question_words(question)
+    held = [asked & set(content_words(s.text)) for s in sources]
+    best = max((len(a | b) for a, b in itertools.combinations(held, 2)), default=0)
+    assert len(lexical_cover(question, sources)[1]) == max(best, *map(len, held))

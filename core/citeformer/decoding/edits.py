@@ -22,9 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from citeformer.errors import GrammarViolationError
+
 __all__ = ["CHAIN_SHARE", "StepEdits", "Wanted", "WantedReader"]
 
 _NEG = float("-inf")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 CHAIN_SHARE = 0.5
 """The share of the model's probability on ``,`` and ``;`` from which it wants to chain a clause
@@ -82,12 +85,25 @@ class StepEdits:
     def add(self, ids: Ids, value: torch.Tensor | float) -> None:
         """Add ``value`` (one float, or one per id) to the logits of ``ids`` in this row.
 
-        ``ids`` must not repeat an id; a removed token stays removed.
+        ``ids`` must not repeat an id; a removed token stays removed. A value that is not a
+        finite float32 raises ``GrammarViolationError`` (the row's edits are rolled back where
+        the steering is told of errors): an infinite addition would turn a removed token's -inf
+        into NaN, which a sampler may pick.
         """
         found = _as_ids(ids)
         if found.shape[0]:
             count = self._added.get(self.row, 0)
-            amount = value.to(torch.float32).numpy() if isinstance(value, torch.Tensor) else value
+            if isinstance(value, torch.Tensor):
+                amount: np.ndarray | float = value.to(torch.float32).numpy()
+                finite = bool(np.isfinite(amount).all())
+            else:
+                amount = value
+                finite = math.isfinite(value) and abs(value) <= _FLOAT32_MAX
+            if not finite:
+                raise GrammarViolationError(
+                    f"a lever asked to add a value that is not a finite float32 to row "
+                    f"{self.row} ({_shown(value)}); its logits are left as the masks made them"
+                )
             self._additions.append((count, self.row, found, amount))
             self._added[self.row] = count + 1
 
@@ -273,6 +289,13 @@ class WantedReader:
                 chain_log_share.tolist(), strict=True,
             )
         }
+
+
+def _shown(value: torch.Tensor | float) -> str:
+    if isinstance(value, torch.Tensor):
+        bad = value[~torch.isfinite(value.to(torch.float32))]
+        return f"{bad.numel()} of {value.numel()} values, e.g. {bad.flatten()[0].item()!r}"
+    return repr(value)
 
 
 def _logsumexp(scores: np.ndarray) -> np.ndarray:

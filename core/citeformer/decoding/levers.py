@@ -25,6 +25,7 @@ import torch
 from citeformer.decoding.answer_state import AnswerState, group_start
 from citeformer.decoding.edits import CHAIN_SHARE, StepEdits, Wanted, WantedReader
 from citeformer.decoding.vocab import PUNCTUATION, WORD, Vocabulary
+from citeformer.errors import InvalidInputError
 from citeformer.evidence.scoring import (
     Evidence,
     LexicalEvidence,
@@ -766,6 +767,16 @@ class EvidenceBias(Lever):
         # ">12" -> the best score of the ids above 12. Scores are shifted so that the lowest is 0:
         # only the differences between sources matter.
         scores = list(scores[: self._n])
+        for number, score in enumerate(scores, start=1):
+            try:
+                finite = math.isfinite(score)
+            except (TypeError, OverflowError):
+                finite = False
+            if not finite:
+                raise InvalidInputError(
+                    f"the evidence scorer ({type(self._support).__name__}) scored source "
+                    f"{number} {score!r:.40}; a score must be a finite number"
+                )
         low = min(scores)
         best: dict[str, float] = {}
         above = 0.0

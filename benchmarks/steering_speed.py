@@ -9,6 +9,13 @@ the default levers, at batch 1, 8 and 32. Per step: the steering's own wall time
 processor's, median and p99) and the whole step's, steered and plain (``constrained=False``);
 added = steered step - plain step.
 
+``lengths``: the same stand-in, one 512-token greedy answer per row (``end_bias=0``, so the
+random model's answers run that long) at batch 1, 8, 32 and 64: the steering's wall time per
+step over the steps 1-16, 113-128 and 497-512 of the answers, that is what answers of 16, 128
+and 512 tokens cost a step at their end. ``--family llama-bpe`` (or ``qwen2``) puts a stand-in on
+that vocabulary (Llama 3's 128k tokens, from the vocab-only GGUFs the tests read) and runs
+batch 32, steered and plain, 128 tokens.
+
 ``end_to_end``: 8 technical questions with the longest prompts (560-1,000 tokens), answered with
 the default ``generate_batch`` (the default dtype, the steering) and by a plain float32
 transformers ``generate`` batch of the same model and prompts (no grammar, no levers), 100 new
@@ -49,7 +56,9 @@ from citeformer import CiteGenerator, build_request  # noqa: E402
 from citeformer.decoding.engine import TransformersEngine, prompt_token_ids  # noqa: E402
 
 OUT = HERE / "results" / "steering_speed.json"
-SECTIONS = ("steps", "end_to_end", "memory", "grammar")
+SECTIONS = ("steps", "lengths", "family", "end_to_end", "memory", "grammar")
+WINDOWS = {"16": (0, 16), "128": (112, 128), "512": (496, 512)}
+"""Steps of an answer whose steering time stands for an answer of that many tokens."""
 ANSWERS = HERE / "results" / "same_answers.json"
 
 
@@ -67,14 +76,16 @@ def stand_in(tokenizer: Any, config: Any) -> Any:
     return LlamaForCausalLM(small).eval()
 
 
-def step_times(engine: TransformersEngine, items: list[Item], tokens: int) -> dict[str, Any]:
+def step_times(
+    engine: TransformersEngine, items: list[Item], tokens: int, **options: Any
+) -> dict[str, Any]:
     """Per-step wall times of one batch, steered and plain, over ``items``."""
     result: dict[str, Any] = {}
     for arm in ("plain", "steered"):
         rows = [
             engine.prepare(build_request(
                 item.question, item.sources(), max_new_tokens=tokens,
-                constrained=arm == "steered",
+                constrained=arm == "steered", **options,
             ))
             for item in items
         ]
@@ -116,7 +127,7 @@ def steps_section(tokens: int) -> dict[str, Any]:
     model = stand_in(gen.tokenizer, gen.model.config)
     engine = TransformersEngine(model, gen.tokenizer)
     found: dict[str, Any] = {}
-    for batch in (1, 8, 32):
+    for batch in (1, 8, 32, 64):
         found[str(batch)] = step_times(engine, held_out(batch), tokens)
         line = found[str(batch)]
         print(f"batch {batch:>2}: steering {line['steered']['steering_ms']['median']:.2f} ms/step "
@@ -125,6 +136,54 @@ def steps_section(tokens: int) -> dict[str, Any]:
               f"{line['steered']['step_ms']['median']:.2f}, added {line['added_ms']:.2f} ms",
               flush=True)
     return found
+
+
+def lengths_section() -> dict[str, Any]:
+    from citeformer.readability import Readability
+
+    gen = CiteGenerator.default(progress=False, dtype="float32")
+    engine = TransformersEngine(stand_in(gen.tokenizer, gen.model.config), gen.tokenizer)
+    found: dict[str, Any] = {}
+    for batch in (1, 8, 32, 64):
+        rows = [
+            engine.prepare(build_request(
+                item.question, item.sources(), max_new_tokens=512,
+                readability=Readability(end_bias=0.0),
+            ))
+            for item in held_out(batch)
+        ]
+        engine.run(rows[:1])  # warm the kernels
+        decoded = engine.run(rows)
+        seconds = decoded.step_seconds[1:]  # the prompt's call aside
+        line = {name: _ms(seconds[a:b]) for name, (a, b) in WINDOWS.items()}
+        line["answer_tokens"] = sorted(len(ids) for ids in decoded.ids)
+        found[str(batch)] = line
+        print(f"batch {batch:>2}: steering ms/step at 16, 128, 512 tokens: "
+              + ", ".join(f"{line[name].get('median', float('nan')):.2f}" for name in WINDOWS)
+              + f" (answers {line['answer_tokens'][0]}-{line['answer_tokens'][-1]} tokens)",
+              flush=True)
+    return found
+
+
+def family_section(family: str, tokens: int) -> dict[str, Any]:
+    sys.path.insert(0, str(HERE.parent))
+    from tests.vocab import family_tokenizer
+
+    gen = CiteGenerator.default(progress=False, dtype="float32")
+    tokenizer = family_tokenizer(family)
+    config = gen.model.config.to_dict()
+    config.update(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                  eos_token_id=tokenizer.eos_token_id, pad_token_id=None)
+    from transformers import LlamaConfig
+
+    engine = TransformersEngine(stand_in(tokenizer, LlamaConfig(**config)), tokenizer)
+    line = step_times(engine, held_out(32), tokens)
+    print(f"{family} ({len(tokenizer)} tokens), batch 32: steering "
+          f"{line['steered']['steering_ms']['median']:.2f} ms/step; step plain "
+          f"{line['plain']['step_ms']['median']:.2f}, steered "
+          f"{line['steered']['step_ms']['median']:.2f}, added {line['added_ms']:.2f} ms",
+          flush=True)
+    return {"family": family, "vocab": len(tokenizer), "32": line}
 
 
 def grammar_section() -> dict[str, Any]:
@@ -240,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--family", default="llama-bpe",
+                        help="the tokenizer family of the family section's stand-in")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -255,6 +316,10 @@ def main(argv: list[str] | None = None) -> None:
             found = end_to_end_section(args.tokens)
         elif section == "grammar":
             found = grammar_section()
+        elif section == "lengths":
+            found = lengths_section()
+        elif section == "family":
+            found = family_section(args.family, args.tokens)
         else:
             found = memory_section(args.tokens, args.threads)
         entry[section] = {"threads": args.threads, **found}

@@ -167,8 +167,9 @@ class StepEdits:
             return
         kept = logits[r, c]
         logits[r, c] = _NEG
-        best = logits.amax(-1).tolist()  # one read of the batch, no copy
-        emptied = {row for row in doubtful if best[row] == _NEG}
+        # One read of the doubtful rows alone.
+        best = logits[torch.tensor(doubtful, device=logits.device)].amax(-1).tolist()
+        emptied = {row for row, top in zip(doubtful, best, strict=True) if top == _NEG}
         if not emptied:
             return
         # A row the removals together would empty: undo them, then make them one by one, each
@@ -213,6 +214,7 @@ class WantedReader:
         rows: Sequence[int],
         *,
         shares: Callable[[int], bool] | None = None,
+        may_share: Callable[[int], bool] | None = None,
     ) -> np.ndarray:
         """The enders', openers' (and chainers') scores in ``rows`` before any mask.
 
@@ -223,7 +225,7 @@ class WantedReader:
         index = self._index(rows)
         scores = logits[index, self._ids].float()
         if self._ids.shape[1] > self._chain:
-            normalizers = self._normalizers(logits, rows, scores, shares)
+            normalizers = self._normalizers(logits, rows, scores, shares, may_share)
             scores = torch.cat([scores, normalizers[:, None]], dim=1)
         return scores.cpu().numpy()
 
@@ -233,23 +235,29 @@ class WantedReader:
         rows: Sequence[int],
         scores: torch.Tensor,
         shares: Callable[[int], bool] | None,
+        may_share: Callable[[int], bool] | None = None,
     ) -> torch.Tensor:
         """Each row's log-normalizer where the chainers may hold ``CHAIN_SHARE`` of its probability.
 
         Elsewhere ``inf`` (a share of 0): their share is at most ``exp(chained - top)``, so a row
         whose chainers fall ``-log CHAIN_SHARE`` below its top score is settled by one max, not
         a logsumexp over the vocabulary; so is a row whose levers will not read it (``shares``).
+        ``may_share``: a cheaper first word on that, asked before any row is reduced; ``shares``
+        is asked only of the rows the max leaves open.
         """
-        every = len(rows) == logits.shape[0] and list(rows) == list(range(len(rows)))
-        own = logits if every else logits[self._index(rows)[:, 0]]
         chained = torch.logsumexp(scores[:, self._chain:], dim=-1)
-        maybe = (chained - own.amax(dim=-1).float() >= math.log(CHAIN_SHARE)).tolist()
-        picked = [
-            k for k, row in enumerate(rows) if maybe[k] and (shares is None or shares(row))
-        ]
         normalizers = torch.full_like(chained, math.inf)
+        # The rows' levers say first (a few comparisons each); only their rows are reduced.
+        asked = [k for k, row in enumerate(rows) if may_share is None or may_share(row)]
+        if not asked:
+            return normalizers
+        own = logits[torch.tensor([rows[k] for k in asked], device=logits.device)].float()
+        maybe = (chained[asked] - own.amax(dim=-1) >= math.log(CHAIN_SHARE)).tolist()
+        picked = [
+            j for j, may in enumerate(maybe) if may and (shares is None or shares(rows[asked[j]]))
+        ]
         if picked:
-            normalizers[picked] = torch.logsumexp(own[picked].float(), dim=-1)
+            normalizers[[asked[j] for j in picked]] = torch.logsumexp(own[picked], dim=-1)
         return normalizers
 
     def _index(self, rows: Sequence[int]) -> torch.Tensor:

@@ -111,6 +111,10 @@ class Lever:
         """
         return False
 
+    def may_share(self, state: AnswerState) -> bool:
+        """``shares``'s cheap part (the text's), asked first: ``False`` where ``shares`` is."""
+        return self.shares(state)
+
     def edit(self, state: AnswerState, edits: StepEdits) -> None:
         """Ask ``edits`` for this step's changes to the row of the answer ``state`` holds."""
         raise NotImplementedError
@@ -275,14 +279,18 @@ class ClauseEnd(Lever):
         The text's part of the rule; the model's wish to chain is the other, read only for the
         rows where this holds.
         """
-        if state.data.endswith(b"]") or not state.ends_with(_ENDS_A_WORD, 2):
-            return False
-        if state.claim_words < self._min_words:
+        if not self.may_share(state):
             return False
         claim = state.claim
         if claim != self._claim:
             self._claim, self._supported = claim, self._supports(claim)
         return self._supported
+
+    def may_share(self, state: AnswerState) -> bool:
+        """The rule's checks of the answer's end and its claim's length."""
+        if state.data.endswith(b"]") or not state.ends_with(_ENDS_A_WORD, 2):
+            return False
+        return state.claim_words >= self._min_words
 
     def _supports(self, claim: str) -> bool:
         """The claim's part of the rule, found once per claim."""

@@ -77,6 +77,10 @@ class RowSteering:
         """Whether a lever may read the chainers' share of the probability at this step."""
         return any(lever.shares(self.state) for lever in self._reading)
 
+    def may_share(self) -> bool:
+        """``shares``'s cheap part: ``False`` where it is sure to be ``False``."""
+        return any(lever.may_share(self.state) for lever in self._reading)
+
     def advance(self, token_id: int) -> None:
         """Move past one generated token, or raise if the grammar or a quote forbids it."""
         if self.matcher is not None:
@@ -204,7 +208,10 @@ class Steering:
         raw = None
         if reader is not None:
             steered = dict(rows)
-            raw = reader.before(logits, reading, shares=lambda i: steered[i].shares())
+            raw = reader.before(
+                logits, reading, shares=lambda i: steered[i].shares(),
+                may_share=lambda i: steered[i].may_share(),
+            )
         grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
         allowed: dict[int, int] = {}
         if grammars:

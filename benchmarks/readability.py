@@ -18,14 +18,22 @@ on the answerable questions, false refusals. ``--unanswerable`` also answers eac
 unanswerable twin (``citebench.data.unanswerable``) and reports the share of those refused.
 
     python benchmarks/readability.py --split test --arms default no-refusal --unanswerable
+
+``mask-first`` is the default settings with the other split of the work inside a serving engine:
+the engine masks the whole grammar itself (vLLM's structured outputs) and the levers read what
+its mask left, so what the model wanted where the grammar says no is gone before any lever reads
+it (the end-intent lever moves exactly that). Emulated in process: each step's logits get the
+rows' own grammar mask before the steering runs (which applies the same mask again, a no-op).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +60,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "unconstrained": {"constrained": False},
     "plain": {"readability": None},
     "default": {},
+    "mask-first": {},
     "cite-after-punctuation": {"readability": replace(DEFAULT, cite_after_punctuation=True)},
     "no-end-intent": {"readability": replace(DEFAULT, end_intent=False)},
     "no-repeat-block": {"readability": replace(DEFAULT, no_repeat_ngram=0)},
@@ -158,7 +167,8 @@ def _answer(
     requests = [build_request(item.question, item.sources(), policy,
                               max_new_tokens=args.max_new_tokens, **ARMS[arm]) for item in items]
     started = time.perf_counter()
-    answers = gen.answer_batch(requests, batch_size=args.batch_size)
+    with _masked_first(arm == "mask-first"):
+        answers = gen.answer_batch(requests, batch_size=args.batch_size)
     seconds = (time.perf_counter() - started) / max(len(items), 1)
     records = []
     for item, answer in zip(items, answers, strict=True):
@@ -167,6 +177,46 @@ def _answer(
                       generated_tokens=answer.generated_tokens, seconds=seconds)
         records.append(record)
     return records, summarize(records), _settings(requests[0])
+
+
+@contextlib.contextmanager
+def _masked_first(active: bool) -> Iterator[None]:
+    """While active, every row's grammar mask is applied before the steering reads the logits."""
+    if not active:
+        yield
+        return
+    import xgrammar as xgr
+
+    from citeformer.decoding import engine, hf
+
+    class MaskFirst(hf.SteeringLogitsProcessor):
+        """``SteeringLogitsProcessor`` behind an engine that masks the whole grammar first."""
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            if self._started:
+                last = input_ids[:, -1].tolist()
+                self._live = [i for i in self._live if last[i] not in self._stop]
+                hf.advance_all([self._rows[i] for i in self._live],
+                               [last[i] for i in self._live])
+            self._started = True
+            rows = [(i, self._rows[i]) for i in self._live]
+            bitmask = xgr.allocate_token_bitmask(scores.shape[0], scores.shape[-1])
+            for i, row in rows:  # the engine's structured output: the row's whole grammar
+                row.matcher.fill_next_token_bitmask(bitmask, i)
+                if row.word_bound is not None:
+                    row.word_bound.restrict(bitmask.numpy()[i])
+            xgr.apply_token_bitmask_inplace(scores, bitmask, indices=[i for i, _ in rows])
+            started = time.perf_counter()
+            self._steering.apply(scores, rows)
+            self.seconds.append(time.perf_counter() - started)
+            return scores
+
+    saved = engine.SteeringLogitsProcessor
+    engine.SteeringLogitsProcessor = MaskFirst
+    try:
+        yield
+    finally:
+        engine.SteeringLogitsProcessor = saved
 
 
 def _settings(request: Any) -> dict[str, Any]:

@@ -88,7 +88,13 @@ from citeformer.decoding.payload import (
     request_from_payload,
     steering_payload,
 )
-from citeformer.decoding.steering import RowSteering, Steering, local_grammar, steering_for
+from citeformer.decoding.steering import (
+    RowSteering,
+    Steering,
+    advance_all,
+    local_grammar,
+    steering_for,
+)
 from citeformer.errors import InvalidInputError, MissingDependencyError, PromptTooLongError
 from citeformer.grammar.rules import marker_grammar
 from citeformer.request import (
@@ -278,9 +284,11 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
             # What a failed row ends with: its end-of-answer tokens as vLLM gave them (one
             # gather for the batch; the quote guard may leave a row nothing else to read).
             stops = logits[:, self._stop_ids]
+            for _, answer in pending:
+                self._take(answer)
+            self._advance_together([answer for _, answer in pending])
             steered, checked = [], []
             for row, answer in pending:
-                self._take(answer)
                 if not self._advance(answer):
                     continue
                 if answer.steered is not None:
@@ -384,6 +392,27 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
             answer.left = True
         elif not answer.left:
             answer.steered = answer.steering.result()
+
+    def _advance_together(self, answers: list[_Answer]) -> None:
+        """Advance the steered rows that wrote one token since the last step, in one call.
+
+        Their grammars accept their tokens together (``advance_all``); the rest (a request
+        catching up, or one written several tokens) goes through ``_advance`` alone.
+        """
+        ready = [
+            answer for answer in answers
+            if answer.steered is not None and answer.caught_up and not answer.failed
+            and not answer.left and len(answer.written) == answer.fed + 1
+        ]
+        if not ready:
+            return
+        advance_all(
+            [answer.steered for answer in ready],  # type: ignore[misc]
+            [answer.written[answer.fed] for answer in ready],
+            on_error=lambda k, error: self._fail(ready[k], error),
+        )
+        for answer in ready:
+            answer.fed += 1
 
     def _advance(self, answer: _Answer) -> bool:
         """Advance the steering (or, before it, the check) past the new tokens.

@@ -6,6 +6,7 @@ The modules::
                   TransformersEngine, a HuggingFace causal LM's
     batching      which requests decode together (Prepared rows, decoding keys, bad rows)
     steering      the steering core: grammar masks, quote guard and levers over a batch of logits
+    answer_state  one answer as the levers read it, kept token by token at a constant cost
     levers        the readability and evidence levers, over one answer's state
     edits         one step's lever changes over the whole batch, in a few tensor writes
     quote_guard   the verbatim quote guard, a byte-level automaton over the answer
@@ -24,7 +25,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "AnswerState": "citeformer.decoding.levers",
+    "AnswerState": "citeformer.decoding.answer_state",
     "DecodingEngine": "citeformer.decoding.engine",
     "Lever": "citeformer.decoding.levers",
     "RowSteering": "citeformer.decoding.steering",

@@ -1,13 +1,15 @@
 """The levers: each one reads the answer so far and moves or removes probability in its logits.
 
 Every lever steers one answer, after the grammar's and the quotes' masks: it reads the answer
-from the ``AnswerState`` its row keeps (the tokens and text written so far, appended once per
-step and shared by every lever of the row) and asks the step's ``StepEdits`` to remove tokens
-(keeping at least one) or to add finite values to some; the edits of every row are then made
-together, in a few tensor operations over the batch (``citeformer.decoding.edits``). So a token a
-mask removed stays removed: the 1..N guarantee and verbatim quotes are untouched whatever the
-levers do. The settings behind the readability levers are ``citeformer.readability.Readability``;
-``EvidenceBias`` is the evidence scorer's (``citeformer.evidence``).
+from the ``AnswerState`` its row keeps (``citeformer.decoding.answer_state``: kept from each
+token's characters alone and shared by every lever of the row; a lever reads a bounded tail of
+it, the claim, the sentence or the last bytes, never the whole answer) and asks the step's
+``StepEdits`` to remove tokens (keeping at least one) or to add finite values to some; the edits
+of every row are then made together, in a few tensor operations over the batch
+(``citeformer.decoding.edits``). So a token a mask removed stays removed: the 1..N guarantee and
+verbatim quotes are untouched whatever the levers do. The settings behind the readability levers
+are ``citeformer.readability.Readability``; ``EvidenceBias`` is the evidence scorer's
+(``citeformer.evidence``).
 
 ``levers_for`` lists the levers of one request, in the order they act.
 """

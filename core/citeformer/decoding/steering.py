@@ -11,10 +11,11 @@ scores put on ending and citing is read for the rows whose levers need it (``Lev
 before any mask; the rows' grammar matchers fill one bitmask in one call (xgrammar's thread pool),
 each row's ``WordBound`` clears its over-long words in it, and it is applied once; each row's
 quote guard removes what would break a quote; then every row's levers say what they change,
-reading only their row's ``AnswerState`` (kept incrementally, its text decoded once per step for
-all of them), and ``StepEdits`` makes the changes of all rows in a few indexed writes. No step
-copies the logits to the host. A row whose engine already masks
-the grammar (a server's structured outputs) has no matcher here.
+reading only their row's ``AnswerState`` (whose work per token does not grow with the answer),
+and ``StepEdits`` makes the changes of all rows in a few indexed writes. No step copies the
+logits to the host. The rows' tokens are accepted by their matchers in one call
+(``advance_all``). A row whose engine already masks the grammar (a server's structured outputs)
+has no matcher here.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from citeformer.decoding.edits import StepEdits
 from citeformer.decoding.levers import AnswerState, Lever
 from citeformer.decoding.steering import RowSteering
 from citeformer.vllm import SteeringProcessor
@@ -19,7 +20,7 @@ FAIL_AFTER_TOKENS = 3
 
 
 class _Raises(Lever):
-    def apply(self, state: AnswerState, logits: Any, raw: Any) -> None:
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:
         if len(state.tokens) >= FAIL_AFTER_TOKENS:
             raise RuntimeError("a lever failed on purpose")
 
@@ -29,8 +30,7 @@ class FaultySteeringProcessor(SteeringProcessor):
 
     payload_key = FAULTY_KEY
 
-    def _steering_of(self, params: Any) -> RowSteering | None:
-        steering = super()._steering_of(params)
-        if steering is not None:
-            steering.levers = (*steering.levers, _Raises())
+    def _prepare(self, payload: str, check: Any) -> RowSteering:
+        steering = super()._prepare(payload, check)
+        steering.levers = (*steering.levers, _Raises())
         return steering

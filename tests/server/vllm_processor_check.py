@@ -125,7 +125,7 @@ def main(model_dir: str) -> None:
 
     # A lever that raises ends its own request (only the end-of-answer tokens are left).
     class Raises(Lever):
-        def apply(self, state: Any, logits: Any, raw: Any) -> None:
+        def edit(self, state: Any, edits: Any) -> None:
             raise RuntimeError("on purpose")
 
     failing = SteeringProcessor(config, torch.device("cpu"), False)

@@ -151,11 +151,21 @@ def random_logits(rng: np.random.Generator, size: int) -> np.ndarray:
     return logits
 
 
-@settings(
-    max_examples=30, deadline=None, derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+def examples(count: int) -> Any:
+    """Hypothesis settings of these tests: ``count`` examples, the same ones every run."""
+    return settings(
+        max_examples=count, deadline=None, derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+steered = given(
+    request=requests, seed=st.integers(0, 2**32 - 1), opener_share=st.sampled_from([0.3, 0.8])
 )
-@given(request=requests, seed=st.integers(0, 2**32 - 1), opener_share=st.sampled_from([0.3, 0.8]))
+
+
+@examples(30)
+@steered
 def test_forbidden_tokens_stay_masked_and_no_logit_is_nan(
     tiny_kit: SteeringKit, request: GenerationRequest, seed: int, opener_share: float
 ) -> None:
@@ -163,11 +173,8 @@ def test_forbidden_tokens_stay_masked_and_no_logit_is_nan(
 
 
 @pytest.mark.integration
-@settings(
-    max_examples=8, deadline=None, derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(request=requests, seed=st.integers(0, 2**32 - 1), opener_share=st.sampled_from([0.3, 0.8]))
+@examples(8)
+@steered
 def test_forbidden_tokens_stay_masked_on_the_embedded_tokenizer(
     smollm2_kit: SteeringKit, request: GenerationRequest, seed: int, opener_share: float
 ) -> None:

@@ -92,6 +92,7 @@ from citeformer.decoding.steering import (
     RowSteering,
     Steering,
     advance_all,
+    keep_only,
     local_grammar,
     steering_for,
 )
@@ -470,10 +471,7 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
                     f"none of the {MORE_CANDIDATES} likeliest tokens fits the request's grammar "
                     "while its steering is prepared"))
                 continue
-            at = torch.tensor(kept, device=logits.device)
-            saved = logits[row, at]
-            logits[row] = _NEG
-            logits[row, at] = saved
+            keep_only(logits, row, row, torch.tensor(kept, device=logits.device))
 
     def _accepted(
         self, check: xgr.GrammarMatcher, ids: list[int], values: list[float]

@@ -163,11 +163,19 @@ class AnswerState:
 
     def last_solid(self) -> str:
         """The last character of the text that is not white space ("" for none)."""
+        index = self.solid_before(len(self.text))
+        return self.text[index] if index >= 0 else ""
+
+    def solid_before(self, end: int) -> int:
+        """Index of the text's last character before ``end`` that is not white space (-1: none).
+
+        In the time of the white space stepped over.
+        """
         text = self.text
-        index = len(text) - 1
+        index = end - 1
         while index >= 0 and text[index].isspace():
             index -= 1
-        return text[index] if index >= 0 else ""
+        return index
 
 
 def group_start(text: str, opened: int) -> int:

@@ -662,15 +662,11 @@ class EndBias(Lever):
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         self._count(state.committed)
         text = state.text
-        last = len(text) - 1
-        while last >= 0 and text[last].isspace():
-            last -= 1
+        last = state.solid_before(len(text))
         if last < 0 or text[last] not in _TERMINATORS:
             return
         if not self._every:
-            before = last - 1
-            while before >= 0 and text[before].isspace():
-                before -= 1
+            before = state.solid_before(last)
             if before < 0 or text[before] != "]":
                 return
         # The last terminator is counted already where white space follows it.

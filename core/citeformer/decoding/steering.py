@@ -35,7 +35,8 @@ from citeformer.errors import GrammarViolationError
 from citeformer.request import GenerationRequest
 
 __all__ = [
-    "RowSteering", "Steering", "accept_token", "advance_all", "local_grammar", "steering_for",
+    "RowSteering", "Steering", "accept_token", "advance_all", "keep_only", "local_grammar",
+    "steering_for",
 ]
 
 
@@ -315,9 +316,7 @@ def _apply_bitmask(
         which, bit = np.nonzero(bits)
         rows = torch.from_numpy(rows_of[sparse][at[which]])
         columns = torch.from_numpy(word[which] * 32 + bit)
-        saved = logits[rows, columns]
-        logits[torch.from_numpy(rows_of[sparse]), :width] = _NEG
-        logits[rows, columns] = saved
+        keep_only(logits, torch.from_numpy(rows_of[sparse]), rows, columns, width=width)
     middle = np.flatnonzero(kinds == 2)
     if len(middle):
         _select_rows(logits, packed[middle], rows_of[middle].tolist(), width)
@@ -337,6 +336,24 @@ def _select_rows(logits: torch.Tensor, packed: np.ndarray, indices: list[int], w
 
 
 _NEG = float("-inf")
+
+
+def keep_only(
+    logits: torch.Tensor,
+    rows: torch.Tensor | int,
+    r: torch.Tensor | int,
+    c: torch.Tensor,
+    *,
+    width: int | None = None,
+) -> None:
+    """Keep only the entries (``r``, ``c``) of ``rows``: the rest of those rows becomes -inf.
+
+    In place; ``width``: only the first ``width`` ids of each row are filled (``None``: all). A
+    mask that allows few tokens, written as two small indexed writes and one fill.
+    """
+    saved = logits[r, c]
+    logits[rows, :width] = _NEG
+    logits[r, c] = saved
 
 _BITS = {
     torch.float32: (torch.int32, np.int32), torch.float64: (torch.int64, np.int64),
@@ -378,12 +395,10 @@ def _apply_guards(
         c = torch.tensor(np.concatenate([np.asarray(ids, np.int64) for _, ids in picked]),
                          dtype=torch.long)
         r, c = r.to(device), c.to(device)
-        if not allow:
+        if allow:
+            keep_only(logits, torch.tensor([i for i, _ in picked], device=device), r, c)
+        else:
             logits[r, c] = _NEG
-            continue
-        kept = logits[r, c]
-        logits[torch.tensor([i for i, _ in picked], device=device)] = _NEG
-        logits[r, c] = kept
     rows = torch.tensor([i for i, _ in guarded], device=device)
     alive = torch.isfinite(logits[rows]).any(dim=-1).tolist()  # one read for every row
     return [

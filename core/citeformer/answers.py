@@ -179,6 +179,7 @@ def cited_answer(
         quotes=quotes,
         abstained=request.abstains(text),
         refusal=request.refusal_check,
+        constrained=request.constrained,
     )
 
 

@@ -314,7 +314,7 @@ class GenerationRequest:
 
     def abstains(self, text: str) -> bool:
         """Whether ``text`` is this request's refusal sentence."""
-        return self.refusal is not None and text.strip() == self.refusal.text
+        return self.refusal is not None and text.strip() == self.refusal.text.strip()
 
     def messages(self) -> list[dict[str, str]]:
         """The chat messages the model is shown (unless ``prompt`` replaces them).

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from citeformer.errors import InvalidInputError, shown
 
@@ -226,6 +226,11 @@ class CitedAnswer:
     answer is, or is not, the refusal sentence; ``None`` where nothing was weighed (``refusal``
     off, an unconstrained answer, or a threshold of 0 with no offer)."""
 
+    constrained: bool = True
+    """Whether the grammar held the text, so that every marker in it names a source; ``False``
+    for an unconstrained answer (``constrained=False``), whose text may hold made-up markers
+    (``[7]`` of 3 sources) that ``citations`` leaves out."""
+
     def __str__(self) -> str:
         """The text: ``print(answer)`` shows the answer, ``repr`` every field."""
         return self.text
@@ -252,45 +257,15 @@ class CitedAnswer:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CitedAnswer:
-        """The answer ``to_dict`` wrote; a dict that is not one raises ``InvalidInputError``."""
-        try:
-            sources = tuple(
-                Source(s["text"], title=s.get("title"), metadata=dict(s.get("metadata") or {}))
-                for s in data["sources"]
-            )
-            citations = tuple(
-                Citation(
-                    c["source_id"], c["start"], c["end"],
-                    None if c.get("evidence") is None else EvidenceSpan(**c["evidence"]),
-                )
-                for c in data["citations"]
-            )
-            quotes = tuple(Quote(**q) for q in data.get("quotes", ()))
-            finish = data["finish_reason"]
-            if finish not in ("stop", "length"):
-                raise ValueError(f"finish_reason {finish!r} is neither 'stop' nor 'length'")
-            answer = cls(
-                text=data["text"], citations=citations, sources=sources,
-                finish_reason=cast(FinishReason, finish),
-                prompt_tokens=int(data.get("prompt_tokens", 0)),
-                generated_tokens=int(data.get("generated_tokens", 0)),
-                quotes=quotes, abstained=bool(data.get("abstained", False)),
-                refusal=None if data.get("refusal") is None else RefusalCheck(**data["refusal"]),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise InvalidInputError(
-                f"not a CitedAnswer.to_dict() result ({type(error).__name__}: {error}); pass what "
-                "to_dict() wrote"
-            ) from error
-        for citation in answer.citations:
-            if not 1 <= citation.source_id <= len(sources) or (
-                answer.text[citation.start:citation.end] != f"[{citation.source_id}]"
-            ):
-                raise InvalidInputError(
-                    f"citation [{citation.source_id}] at {citation.start}:{citation.end} does not "
-                    f"match the answer's text or its {len(sources)} sources; the dict was altered"
-                )
-        return answer
+        """The answer ``to_dict`` wrote, checked as strictly as a generated one.
+
+        Every field of its exact type, every offset pointing where it says, every marker of the
+        text listed among the citations and, unless ``constrained`` is false, naming a source;
+        anything else raises ``InvalidInputError`` naming the field (``citeformer.stored``).
+        """
+        from citeformer.stored import answer_from_dict
+
+        return answer_from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain, JSON-serialisable dict; ``CitedAnswer.from_dict`` reads it back."""
@@ -313,6 +288,7 @@ class CitedAnswer:
             "generated_tokens": self.generated_tokens,
             "abstained": self.abstained,
             "refusal": None if self.refusal is None else dataclasses.asdict(self.refusal),
+            "constrained": self.constrained,
         }
 
 

@@ -54,3 +54,18 @@ def test_offered_the_refusal_the_model_can_write_it_whole(
     answer = default_generator.answer(request)
     assert answer.text == DEFAULT_REFUSAL_TEXT, answer.text
     assert answer.abstained and answer.citations == ()
+
+
+def test_a_refusal_sentence_with_a_trailing_space_written_whole_abstains(
+    default_generator: CiteGenerator,
+) -> None:
+    # The grammar's literal holds the space, so the model writes it; the answer still abstains.
+    sentence = f"{DEFAULT_REFUSAL_TEXT} "
+    offered = Refusal(text=sentence, threshold=0.0, offer_below=math.inf)
+    request = build_request(
+        f"Repeat: {DEFAULT_REFUSAL_TEXT}", TOWER, refusal=offered, max_new_tokens=24,
+        instructions=f"Say: {DEFAULT_REFUSAL_TEXT}",
+    )
+    answer = default_generator.answer(request)
+    assert answer.text == sentence, answer.text
+    assert answer.abstained and answer.citations == ()

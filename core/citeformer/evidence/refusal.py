@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from citeformer.errors import InvalidInputError, check_float, shown
 from citeformer.evidence.scoring import content_words
-from citeformer.grammar.rules import REFUSAL_FORBIDDEN
+from citeformer.grammar.rules import refusal_flaw
 from citeformer.types import Source
 
 __all__ = [
@@ -113,11 +113,15 @@ class Refusal:
             raise InvalidInputError(
                 f"refusal text must be a non-blank string, got {shown(self.text)}"
             )
-        if len(self.text) > _MAX_TEXT_CHARS or any(c in self.text for c in REFUSAL_FORBIDDEN):
+        if len(self.text) > _MAX_TEXT_CHARS:
             raise InvalidInputError(
-                f"refusal text must be one line of at most {_MAX_TEXT_CHARS} characters without "
-                f"brackets or double quotes (a marker or quote would cite nothing), got "
-                f"{self.text[:80]!r}"
+                f"refusal text must be one line of at most {_MAX_TEXT_CHARS} characters, got "
+                f"{len(self.text)}: {self.text[:80]!r}"
+            )
+        if (flaw := refusal_flaw(self.text)) is not None:
+            raise InvalidInputError(
+                f"refusal text cannot be {self.text[:80]!r}: {flaw}; a marker or quote in it "
+                "would cite nothing"
             )
         if self.support not in SUPPORT_MEASURES:
             raise InvalidInputError(

@@ -11,6 +11,7 @@ so no marker of another shape (``[7]`` for N=3, ``[1, 2]``, ``[a]``) can appear 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
@@ -303,12 +304,30 @@ REFUSAL_FORBIDDEN = '"[]\n\r'
 """What a refusal sentence never holds: it would end the grammar's literal or write a marker."""
 
 
+def refusal_flaw(text: str) -> str | None:
+    """Why ``text`` cannot be a refusal sentence's grammar literal, or ``None`` if it can.
+
+    Besides ``REFUSAL_FORBIDDEN``, a control character (NUL, tab, escape) or a lone surrogate:
+    no grammar literal holds one, and a model never writes one as prose.
+    """
+    for offset, char in enumerate(text):
+        if char in REFUSAL_FORBIDDEN:
+            return (
+                f"it holds {char!r} at character {offset}; a refusal sentence is one line "
+                "without brackets or double quotes"
+            )
+        if unicodedata.category(char) in ("Cc", "Cs"):
+            return (
+                f"it holds U+{ord(char):04X} at character {offset} (a control character or lone "
+                "surrogate; write printable text)"
+            )
+    return None
+
+
 def with_refusal(body: str, refusal: str) -> str:
     """A grammar whose root is ``body``'s root or, as the whole answer, the ``refusal`` text."""
-    if any(c in refusal for c in REFUSAL_FORBIDDEN):
-        raise InvalidInputError(
-            f"a refusal sentence holds no double quote, bracket or line break, got {refusal!r}"
-        )
+    if (flaw := refusal_flaw(refusal)) is not None:
+        raise InvalidInputError(f"a refusal sentence cannot be {refusal[:80]!r}: {flaw}")
     literal = refusal.replace("\\", "\\\\")
     return f'root ::= answer | "{literal}"\nanswer ::= {body[len("root ::= "):]}'
 

@@ -320,7 +320,9 @@ def to_markdown(
     """
     prefix = _check_prefix(id_prefix)
     refs = references(answer, titles=titles, locations=locations, style=style)
-    lines = [_link_markers(answer.text.strip(), escape_markdown, _markdown_marker(prefix))]
+    lines = [_link_markers(
+        answer.text.strip(), len(answer.sources), escape_markdown, _markdown_marker(prefix)
+    )]
     if refs:
         lines.append("")
         if heading:
@@ -418,12 +420,16 @@ def _html_formatting(formats: frozenset[str]) -> tuple[str, str]:
 
 
 def _link_markers(
-    text: str, escape: Callable[[str], str], marker: Callable[[int], str]
+    text: str, n_sources: int, escape: Callable[[str], str], marker: Callable[[int], str]
 ) -> str:
     # Escape the prose between markers, never the markers: escaping first would turn `[2]`
-    # into `\[2\]` and leave nothing to link.
+    # into `\[2\]` and leave nothing to link. A marker that names no source (an unconstrained
+    # answer's `[7]` of 3) stays text: a link to it would lead nowhere.
     out, last = [], 0
     for match in MARKER.finditer(text):
+        digits = match.group(1)
+        if digits.startswith("0") or len(digits) > 6 or int(digits) > n_sources:
+            continue
         out.append(escape(text[last:match.start()]))
         out.append(marker(int(match.group(1))))
         last = match.end()
@@ -460,7 +466,9 @@ def to_html(
 
     parts = ['<div class="citeformer-answer">']
     for paragraph in _PARAGRAPH_BREAK.split(answer.text.strip()):
-        body = _link_markers(paragraph.strip(), _escape_html, marker).replace("\n", "<br/>")
+        body = _link_markers(
+            paragraph.strip(), len(answer.sources), _escape_html, marker
+        ).replace("\n", "<br/>")
         parts.append(f"<p>{body}</p>")
     if refs:
         if heading:

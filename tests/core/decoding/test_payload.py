@@ -85,6 +85,8 @@ def good() -> dict[str, object]:
     (json.dumps({**good(), "evidence": {"name": "lexical", "weight": -2}}), InvalidInputError,
      "citeformer.evidence: evidence weight must be a finite number > 0 and <= 10000"),
     (json.dumps({**good(), "evidence": 7}), InputTypeError, "citeformer.evidence must be null"),
+    (json.dumps({**good(), "refusal": "No\u0000answer."}), InvalidInputError,
+     r"citeformer.refusal: refusal text .* holds U\+0000"),
 ])
 def test_a_malformed_payload_is_refused_naming_the_field(
     payload: object, error: type[Exception], named: str

@@ -6,7 +6,7 @@ The layout, under citeformer's cache folder (``citeformer.default_model.cache_di
       <embedder>-<hash>/          one folder per embedder (``embedder_name``)
         <hash of the docs>/       one per set of ``--docs`` paths (absolute, sorted)
           documents.json          those paths and the embedder, for a person looking
-          <key>.npz               one entry per document: the vectors of its passages
+          <key>.vectors           one entry per document: the vectors of its passages
 
 An entry's key is the SHA-256 of the texts embedded for the passages of one document, in order
 (``embedding_text``: each passage behind the document's name). Those texts follow from the file's
@@ -15,13 +15,23 @@ its chunking settings made exact: a renamed file (whose name heads every passage
 that cuts differently gets a new key as well, which a hash of the bytes alone would miss.
 
 After each run a folder holds the entries of that run's documents and nothing else: the entry of
-a file that changed or is gone is deleted. An entry is a NumPy ``.npz`` holding ``vectors``
-(float32, one row per passage, as the embedder gave them), read without pickle; the zip's CRC-32
-catches changed bytes. An entry that cannot be read, or whose shape does not fit its passages,
-is re-embedded with an ``IndexCacheWarning``. Entries are written to a temporary file beside
-them and renamed, so an interrupted run leaves no half-written entry (and no ``fsync``: an entry
-a crash left empty reads as damaged and is rebuilt). A cache that cannot be written is warned
-about, and the command goes on with the vectors it has.
+a file that changed or is gone is deleted. An entry is a line ``citeformer index entry``, a line
+with the SHA-256 (in hex) of the rest, and the rest: a NumPy ``.npz`` holding ``vectors``
+(float32, one row per passage, as the embedder gave them), read without pickle. The checksum is
+compared before NumPy reads a byte. The zip's own CRC-32 is no guard: NumPy stops reading where
+the array's header says it ends, so a header changed to declare fewer dimensions (or a petabyte)
+would be believed.
+
+An entry whose checksum does not match, that cannot be read, whose shape does not fit its
+passages, or whose vectors have another width than most of the entries looked up (the others are
+not blamed for it) is embedded again with one ``IndexCacheWarning`` naming it, and rewritten. The
+entries of format 1 (a bare ``<key>.npz``, no checksum) are stale: their keys are no longer looked
+up, their documents are embedded again without a warning, and the files are deleted.
+
+Entries are written to a temporary file beside them and renamed, so an interrupted run leaves no
+half-written entry, and two processes writing one folder at once leave whole entries (and no
+``fsync``: an entry a crash left empty reads as damaged and is rebuilt). A cache that cannot be
+written is warned about, and the command goes on with the vectors it has.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ import re
 import tempfile
 import time
 import warnings
-import zipfile
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,10 +65,13 @@ __all__ = [
     "embedder_name",
 ]
 
-FORMAT = 1
+FORMAT = 2
 """Part of every key: a change to what an entry holds makes the old entries stale."""
-ENTRY_SUFFIX = ".npz"
+ENTRY_SUFFIX = ".vectors"
 DOCUMENTS_FILE = "documents.json"
+_FORMER_SUFFIXES = (".npz",)  # the entries of format 1, deleted as stale
+_MAGIC = b"citeformer index entry\n"
+_HEAD = len(_MAGIC) + 65  # the magic line and the checksum's line
 _PARTIAL = ".partial-"
 _PARTIAL_EXPIRES_S = 3600  # a temporary file this old belongs to no running process
 
@@ -152,14 +165,24 @@ class IndexCache:
         rows: dict[str, list[int]] = {}
         for index, passage in enumerate(passages):
             rows.setdefault(passage.path, []).append(index)
-        documents = []
-        width: int | None = None
+        found: dict[str, tuple[str, Any, str | None]] = {}
         for path, indices in rows.items():
             key = _sha256(json.dumps([FORMAT, [embedding_text(passages[i]) for i in indices]]))
-            vectors = self._read(key, len(indices), width, path)
-            if vectors is not None:
-                width = vectors.shape[1]
-            documents.append(_Document(path, key, tuple(indices), vectors))
+            found[path] = (key, *self._read(key, len(indices)))
+        width = _usual_width([vectors for _, vectors, _ in found.values() if vectors is not None])
+        documents = []
+        for path, (key, vectors, problem) in found.items():
+            if vectors is not None and width is not None and vectors.shape[1] != width:
+                problem = (f"its vectors have {vectors.shape[1]} dimensions where most entries' "
+                           f"have {width}")
+                vectors = None
+            if problem is not None:
+                warnings.warn(
+                    f"the index cache entry {self._entry(key)} is damaged ({problem}); "
+                    f"embedding {path} again",
+                    IndexCacheWarning, stacklevel=2,
+                )
+            documents.append(_Document(path, key, tuple(rows[path]), vectors))
         return Lookup(tuple(passages), tuple(documents))
 
     def complete(self, lookup: Lookup, fresh: Any) -> Any:
@@ -194,36 +217,44 @@ class IndexCache:
         self._save(new, keep={doc.key for doc in lookup.documents})
         return matrix
 
-    def _read(self, key: str, rows: int, width: int | None, path: str) -> Any:
-        entry = self.folder / f"{key}{ENTRY_SUFFIX}"
+    def _entry(self, key: str) -> Path:
+        return self.folder / f"{key}{ENTRY_SUFFIX}"
+
+    def _read(self, key: str, rows: int) -> tuple[Any, str | None]:
+        """The vectors of an entry, or ``None`` and why not (``None`` too when it is missing)."""
         try:
-            vectors = _read_vectors(entry)
+            data = self._entry(key).read_bytes()
         except (FileNotFoundError, NotADirectoryError):  # not cached (or no cache folder)
-            return None
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
-            problem: str | None = _first_line(error)
-        else:
-            problem = _shape_problem(vectors, rows, width)
-            if problem is None:
-                return vectors
-        warnings.warn(
-            f"the index cache entry {entry} is damaged ({problem}); embedding {path} again",
-            IndexCacheWarning, stacklevel=3,
-        )
-        return None
+            return None, None
+        except OSError as error:
+            return None, error.strerror or _first_line(error)
+        if not data.startswith(_MAGIC):
+            return None, "it does not begin as an entry does"
+        if data[len(_MAGIC):_HEAD] != _checksum_line(data[_HEAD:]):
+            return None, "its checksum does not match its content"
+        # Whole as it was written; what was written wrong is still no reason to stop a run.
+        try:
+            vectors = _read_vectors(data[_HEAD:])
+        except Exception as error:
+            return None, _first_line(error)
+        problem = _shape_problem(vectors, rows)
+        return (vectors, None) if problem is None else (None, problem)
 
     def _save(self, new: list[tuple[str, Any]], keep: set[str]) -> None:
         import numpy as np
 
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            if not (self.folder / DOCUMENTS_FILE).exists():
-                about = {"format": FORMAT, "embedder": self.embedder, "documents": self.docs}
-                _write_atomically(self.folder / DOCUMENTS_FILE, json.dumps(about, indent=1))
+            documents = self.folder / DOCUMENTS_FILE
+            about = {"format": FORMAT, "embedder": self.embedder, "documents": self.docs}
+            text = json.dumps(about, indent=1).encode("utf-8")
+            if not documents.is_file() or documents.read_bytes() != text:  # or of another format
+                _write_atomically(documents, text)
             for key, vectors in new:
-                entry = io.BytesIO()
-                np.savez(entry, vectors=vectors)
-                _write_atomically(self.folder / f"{key}{ENTRY_SUFFIX}", entry.getvalue())
+                archive = io.BytesIO()
+                np.savez(archive, vectors=vectors)
+                payload = archive.getvalue()
+                _write_atomically(self._entry(key), _MAGIC + _checksum_line(payload) + payload)
             self._drop_stale(keep)
         except OSError as error:
             warnings.warn(
@@ -240,32 +271,44 @@ class IndexCache:
                 with contextlib.suppress(FileNotFoundError):
                     if path.stat().st_mtime < expired:  # left by a process that was killed
                         path.unlink()
-            elif path.suffix == ENTRY_SUFFIX and path.stem not in keep:
+            elif (path.suffix == ENTRY_SUFFIX and path.stem not in keep
+                  or path.suffix in _FORMER_SUFFIXES):
                 path.unlink(missing_ok=True)
 
 
-def _read_vectors(entry: Path) -> Any:
+def _checksum_line(payload: bytes) -> bytes:
+    return hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n"
+
+
+def _read_vectors(payload: bytes) -> Any:
     import numpy as np
 
-    loaded = np.load(entry, allow_pickle=False)
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise ValueError("not an .npz archive")
-    with loaded:
+    if not payload.startswith(b"PK\x03\x04"):  # np.load would take it for a pickle
+        raise ValueError("it holds no .npz archive")
+    with np.load(io.BytesIO(payload), allow_pickle=False) as loaded:
+        if "vectors" not in loaded.files:
+            raise ValueError("its archive holds no vectors")
         return loaded["vectors"]
 
 
-def _shape_problem(vectors: Any, rows: int, width: int | None) -> str | None:
+def _shape_problem(vectors: Any, rows: int) -> str | None:
     import numpy as np
 
     if vectors.dtype != np.float32 or vectors.ndim != 2:
         return f"it holds a {vectors.dtype} array of shape {vectors.shape}"
     if vectors.shape[0] != rows:
         return f"it holds {vectors.shape[0]} vectors for {rows} passages"
-    if width is not None and vectors.shape[1] != width:
-        return f"its vectors have {vectors.shape[1]} dimensions where others have {width}"
     if not np.isfinite(vectors).all():
         return "it holds values that are not finite"
     return None
+
+
+def _usual_width(found: list[Any]) -> int | None:
+    """The width of the vectors of most entries; ``None`` where no width is more common."""
+    counts = Counter(vectors.shape[1] for vectors in found).most_common(2)
+    if not counts or len(counts) == 2 and counts[0][1] == counts[1][1]:
+        return None
+    return int(counts[0][0])
 
 
 def _write_atomically(target: Path, data: bytes | str) -> None:

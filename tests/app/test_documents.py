@@ -384,3 +384,46 @@ def test_without_pypdf_a_pdf_in_a_folder_is_skipped_with_the_install_hint(
     assert "report.pdf" in warning and "pip install 'citeformer[documents]'" in warning
     with pytest.raises(DocumentError, match=r"citeformer\[documents\]"):
         load_documents([tmp_path / "report.pdf"])
+
+
+# -- a <meta charset> that names no encoding a browser reads pages in (base64 once aborted the
+# whole run with a LookupError) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("charset", ["base64", "rot13", "hex", "zlib", "unicode_escape",
+                                     "utf-7", "cp037", "no-such-charset"])
+def test_a_charset_that_is_no_text_encoding_is_read_as_utf8(tmp_path: Path, charset: str) -> None:
+    page = f'<meta charset="{charset}"><p>Caf\xe9 \\x41 +AGEA-.</p>'
+    (tmp_path / "page.html").write_text(page, encoding="utf-8")
+    assert load_documents([tmp_path / "page.html"])[0].text == "Caf\xe9 \\x41 +AGEA-."
+
+
+@pytest.mark.parametrize("charset", ["base64", "rot13", "hex", "no-such-charset"])
+def test_a_page_in_an_undeclared_encoding_in_a_folder_is_skipped_with_a_warning(
+    tmp_path: Path, charset: str
+) -> None:
+    page = f'<meta charset="{charset}"><p>Caf\xe9.</p>'
+    (tmp_path / "bad.html").write_bytes(page.encode("latin-1"))
+    (tmp_path / "good.md").write_text("Good text.", encoding="utf-8")
+    warnings: list[str] = []
+    assert [d.name for d in load_documents([tmp_path], warn=warnings.append)] == ["good.md"]
+    (warning,) = warnings
+    assert "bad.html" in warning and "is not UTF-8 text" in warning
+    with pytest.raises(DocumentError, match="is not UTF-8 text"):
+        load_documents([tmp_path / "bad.html"])
+
+
+@pytest.mark.parametrize(
+    ("charset", "data", "text"),
+    [("latin-1", b"\x93Caf\xe9\x94", "\u201cCaf\xe9\u201d"),  # read as windows-1252, as browsers do
+     ("windows-1252", b"\x93Caf\xe9\x94", "\u201cCaf\xe9\u201d"),
+     ("ISO-8859-1", b"Caf\xe9", "Caf\xe9"),
+     ("koi8-r", "\u041c\u0438\u0440".encode("koi8-r"), "\u041c\u0438\u0440"),
+     ("shift_jis", "\u6771\u4eac".encode("cp932"), "\u6771\u4eac"),
+     ("utf-16", "Caf\xe9".encode(), "Caf\xe9")],  # a <meta> readable as ASCII: not UTF-16
+)
+def test_a_declared_text_encoding_is_read_as_a_browser_reads_it(
+    tmp_path: Path, charset: str, data: bytes, text: str
+) -> None:
+    (tmp_path / "page.html").write_bytes(f'<meta charset="{charset}"><p>'.encode() + data)
+    assert load_documents([tmp_path / "page.html"])[0].text == text

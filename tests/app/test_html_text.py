@@ -154,3 +154,73 @@ def test_a_page_with_main_is_read_from_it_alone() -> None:
         "Rules of memory.\n\nFootnote.")
     # An empty <main> is no content: the page outside it is read.
     assert html_to_text("<main> </main><p>The text.</p>").text == "The text."
+
+
+# -- hostile markup: libxml2 reads it in one linear pass (the timings are in
+# benchmarks/html_reader.py) ------------------------------------------------------------------
+
+
+def test_hidden_elements_nested_thousands_deep_show_nothing() -> None:
+    page = "<p>Before.</p>" + "<div hidden>secret" * 16_000 + "</div>" * 16_000
+    assert html_to_text(page).text == "Before."
+
+
+def test_a_run_of_unclosed_tags_leaves_the_text_before_it() -> None:
+    assert html_to_text("<p>Text.</p>" + "<a" * 30_000).text == "Text."
+    assert html_to_text("<p>Text.</p>" + "<a " * 30_000 + "<p>More.</p>").text == "Text.\n\nMore."
+
+
+def test_nesting_deeper_than_pythons_recursion_limit_is_read() -> None:
+    page = "<div>" * 1_500 + "Deep." + "</div>" * 1_500 + "<p>After.</p>"
+    assert html_to_text(page).text == "Deep.\n\nAfter."
+
+
+def test_nesting_past_libxml2s_depth_limit_ends_the_text() -> None:
+    page = "<p>Before.</p>" + "<div>x" * 3_000 + "<p>After.</p>"
+    text = html_to_text(page).text
+    assert text.startswith("Before.\n\nx\n\nx") and "After." not in text
+
+
+def test_highlighted_code_keeps_the_spaces_between_its_tokens() -> None:
+    page = ('<pre><code><span class="kw">use </span>std::fs;\n'
+            '<span class="kw">fn </span>main() {\n    <span>let </span>x  =  1;  \n}</code></pre>')
+    assert html_to_text("<p>Code:</p>" + page).text == (
+        "Code:\n\nuse std::fs;\nfn main() {\n    let x  =  1;\n}"
+    )
+
+
+def test_text_after_a_comment_is_kept_on_its_line() -> None:
+    markup = "<p>One <!-- a\ncomment\n--> two\nthree</p>\n<!---->four"
+    page = html_to_text(markup)
+    assert page.text == "One two three\n\nfour"
+    lines = [page.lines.line_of(page.text.index(word)) for word in ("One", "two", "three", "four")]
+    assert lines == [1, 3, 4, 5]
+
+
+def test_lines_past_65535_are_counted() -> None:
+    # libxml2 gives no element a line past 65,535: from there on they are counted here.
+    markup = "<p>First.</p>" + "\n" * 65_600 + "<p>Far.</p>\n<p>Farther\nstill.</p>\n\nLast."
+    page = html_to_text(markup)
+    lines = [page.lines.line_of(page.text.index(word))
+             for word in ("First.", "Far.", "Farther", "still.", "Last.")]
+    assert lines == [1, 65_601, 65_602, 65_603, 65_605]
+
+
+def test_a_declared_encoding_in_the_markup_does_not_decode_the_text_again() -> None:
+    page = ('<?xml version="1.0" encoding="iso-8859-1"?><html><head><meta charset="koi8-r">'
+            "<title>Caf\xe9</title></head><p>Cr\xe8me br\xfbl\xe9e \u2014 \u6771\u4eac.</p></html>")
+    assert html_to_text(page).text == "Cr\xe8me br\xfbl\xe9e \u2014 \u6771\u4eac."
+    assert html_to_text(page).title == "Caf\xe9"
+
+
+def test_an_images_title_is_not_the_pages() -> None:
+    assert html_to_text("<svg><title>Icon</title></svg><p>Text.</p>").title is None
+    page = "<head><title>Page</title></head><body><svg><title>Icon</title></svg>Text.</body>"
+    assert html_to_text(page).title == "Page"
+    assert html_to_text(page).text == "Text."
+
+
+@pytest.mark.parametrize("markup", ["", "   \n ", "<!-- only a comment -->"])
+def test_markup_with_no_element_gives_no_text(markup: str) -> None:
+    page = html_to_text(markup)
+    assert (page.text, page.title, page.lines.line_of(0)) == ("", None, 1)

@@ -26,7 +26,7 @@ import re
 import warnings
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,13 +215,13 @@ def load_documents(paths: Iterable[str | Path], *, warn: Warn | None = None) -> 
                 if file.resolve() in seen:
                     continue
                 try:
-                    documents.append(_read(file))
+                    documents.append(_valid_unicode(_read(file), warn))
                 except DocumentError as error:
                     warn(f"skipping {error}")
                 seen.add(file.resolve())
         elif path.is_file():
             if path.resolve() not in seen:
-                documents.append(_read(path))
+                documents.append(_valid_unicode(_read(path), warn))
                 seen.add(path.resolve())
         else:
             raise DocumentError(f"{str(name)!r} is neither a file nor a folder")
@@ -366,15 +366,78 @@ def _decode(path: Path, data: bytes, charset: str | None) -> str:
 _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 
 
+_BROWSER_CODECS = {
+    **{name: name for name in (
+        "utf-8", "cp866", "iso8859-2", "iso8859-3", "iso8859-4", "iso8859-5", "iso8859-6",
+        "iso8859-7", "iso8859-8", "iso8859-10", "iso8859-13", "iso8859-14", "iso8859-15",
+        "iso8859-16", "koi8-r", "koi8-u", "mac-roman", "mac-cyrillic", "cp874", "cp1250",
+        "cp1251", "cp1252", "cp1253", "cp1254", "cp1255", "cp1256", "cp1257", "cp1258",
+        "gb18030", "big5hkscs", "euc_jp", "iso2022_jp", "cp932", "cp949",
+    )},
+    # Names that browsers read as a wider encoding than Python's of the same name.
+    "ascii": "cp1252", "iso8859-1": "cp1252", "iso8859-9": "cp1254", "iso8859-11": "cp874",
+    "tis-620": "cp874", "gb2312": "gb18030", "gbk": "gb18030", "big5": "big5hkscs",
+    "shift_jis": "cp932", "euc_kr": "cp949",
+    # A page whose <meta> reads as ASCII is not UTF-16, whatever the <meta> says.
+    "utf-16": "utf-8", "utf-16-le": "utf-8", "utf-16-be": "utf-8",
+}
+"""Python's codec name for each encoding of the WHATWG Encoding Standard (the encodings browsers
+decode pages in) and the codec that decodes it as a browser does. Python knows other codecs by
+name (``base64``, ``rot13``, ``unicode_escape``, ``utf-7``, EBCDIC) that no browser reads a page
+in: a ``<meta>`` naming one declares no charset."""
+
+_BROWSER_LABELS = {
+    "windows-874": "cp874", "x-mac-cyrillic": "mac-cyrillic", "x-mac-roman": "mac-roman",
+    "windows-31j": "cp932", "iso-8859-8-i": "iso8859-8", "x-user-defined": "cp1252",
+}
+"""Labels of the Encoding Standard that Python does not know."""
+
+
 def _declared_charset(data: bytes) -> str | None:
-    """The encoding an HTML page declares in a ``<meta>`` near its top, if Python knows it."""
+    """The codec for the encoding an HTML page declares in a ``<meta>`` near its top.
+
+    ``None`` (read as UTF-8) when it declares none, or names no encoding a browser reads pages in.
+    """
     match = _CHARSET.search(data[:4096])
     if match is None:
         return None
+    label = match.group(1).decode("ascii").lower()
+    if label in _BROWSER_LABELS:
+        return _BROWSER_LABELS[label]
     try:
-        return codecs.lookup(match.group(1).decode("ascii")).name
+        name = codecs.lookup(label).name
     except LookupError:
         return None
+    return _BROWSER_CODECS.get(name)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_unicode(document: Document, warn: Warn) -> Document:
+    """``document`` with its name, title and text made valid Unicode; one warning if they were not.
+
+    A file name that is not UTF-8 (Latin-1 bytes on a UTF-8 system) reaches Python as lone
+    surrogates (``os.fsdecode``), and so can a PDF's text; no encoder, tokenizer or terminal takes
+    them. Each undecodable byte of the name, and each lone surrogate, is read as U+FFFD.
+    """
+    try:
+        path = os.fsencode(document.path).decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a surrogate that no byte decodes to
+        path = _SURROGATE.sub("\ufffd", document.path)
+    title = None if document.title is None else _SURROGATE.sub("\ufffd", document.title)
+    text = _SURROGATE.sub("\ufffd", document.text)
+    if (path, title, text) == (document.path, document.title, document.text):
+        return document
+    what = [
+        part for part, changed in (
+            ("its name is not valid UTF-8", path != document.path),
+            ("its text holds characters that are not valid Unicode (lone surrogates)",
+             (title, text) != (document.title, document.text)),
+        ) if changed
+    ]
+    warn(f"{path!r}: {' and '.join(what)}; each such character is read as U+FFFD")
+    return replace(document, path=path, title=title, text=text)
 
 
 def _warn(message: str) -> None:

@@ -1,5 +1,10 @@
 """The readable text of an HTML page: its paragraphs, its ``<title>``, and the line each came from.
 
+The page is parsed by lxml (libxml2's HTML parser), which reads any markup in one linear pass,
+however malformed or hostile: unclosed tags, stray ``<`` and deep nesting cost no more than the
+bytes they take. Elements nested deeper than 2,048 levels end the page's text there (libxml2's
+limit; browsers flatten such nesting at 512).
+
 ``html_to_text`` keeps what a browser shows as text: ``<script>``, ``<style>``, ``<template>``,
 ``<noscript>``, ``<svg>``, elements marked ``hidden`` or ``aria-hidden="true"`` and the
 ``<head>`` (but for its ``<title>``) are dropped; runs of white space collapse to one space, as a
@@ -25,8 +30,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
-from html.parser import HTMLParser
+from typing import Any
 
 __all__ = [
     "HtmlText",
@@ -34,7 +40,7 @@ __all__ = [
     "html_to_text",
 ]
 
-_SKIPPED = frozenset({"script", "style", "template", "noscript", "svg", "head"})
+_SKIPPED = frozenset({"script", "style", "template", "noscript", "svg", "head", "title"})
 """Elements whose content is not shown as text (``<title>`` is read apart, as the title)."""
 
 _NAVIGATION = frozenset({"nav"})
@@ -48,12 +54,6 @@ _FRAME_ROLES = frozenset({"banner", "contentinfo", "complementary", "search"})
 _CELLS = frozenset({"td", "th"})
 """Elements that begin a table cell: joined to the row's cell before by `` | ``."""
 
-_VOID = frozenset({
-    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-    "track", "wbr",
-})
-"""Elements that never have an end tag."""
-
 _PARAGRAPHS = frozenset({
     "address", "article", "aside", "blockquote", "body", "caption", "details", "dialog", "div",
     "dl", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5",
@@ -64,6 +64,9 @@ _PARAGRAPHS = frozenset({
 
 _LINES = frozenset({"br", "dd", "dt", "li", "tr", "option"})
 """Elements that begin and end a line."""
+
+_LAST_LINE = 65535
+"""libxml2 counts an HTML element's line up to this; past it, lines are counted here."""
 
 _WORDS = re.compile(r"\S+")
 _CELL = " | "
@@ -106,74 +109,144 @@ def html_to_text(markup: str) -> HtmlText:
     Its ``<main>`` when that holds text, else without the page's navigation, header, footer and
     sidebars, else (nothing but those hold text) all of it.
     """
-    for main, frame in ((True, False), (False, False), (False, True)):
-        page = _parse(markup, main=main, frame=frame)
-        if page.text.strip():
-            return page
-    return page
+    root = _parse(markup)
+    if root is None:  # nothing but white space and comments
+        return HtmlText("", None, LineMap((0,), (1,)))
+    passes = [(False, False), (False, True)]
+    if _has_main(root):
+        passes.insert(0, (True, False))
+    for main, frame in passes:
+        text, lines = _Reader(main=main, frame=frame).read(root)
+        if text.strip():
+            break
+    return HtmlText(text, _title(root), lines)
 
 
-def _parse(markup: str, *, main: bool, frame: bool) -> HtmlText:
-    parser = _TextParser(main=main, frame=frame)
-    parser.feed(markup)
-    parser.close()
-    return parser.result()
+def _parse(markup: str) -> Any:
+    from lxml import etree  # only a page needs it, not every command that imports this
+
+    # Bytes in a stated encoding, so that a <meta charset> or an XML declaration in the page
+    # cannot make libxml2 decode the text a second time; a lone surrogate cannot be encoded.
+    # huge_tree: nesting to 2,048 levels (not 256) and text nodes past 10 MB.
+    parser = etree.HTMLParser(encoding="utf-8", no_network=True, huge_tree=True)
+    return etree.fromstring(markup.encode("utf-8", "replace"), parser)
 
 
-class _TextParser(HTMLParser):
+def _has_main(root: Any) -> bool:
+    if next(root.iter("main"), None) is not None:
+        return True
+    return any(_role(element) == "main" for element in root.iterfind(".//*[@role]"))
+
+
+def _role(element: Any) -> str:
+    return str(element.get("role") or "").strip().lower()
+
+
+def _title(root: Any) -> str | None:
+    """The first ``<title>`` outside an ``<svg>`` (an image's title is not the page's)."""
+    for title in root.iter("title"):
+        if not any(ancestor.tag == "svg" for ancestor in title.iterancestors()):
+            return " ".join("".join(title.itertext()).split()) or None
+    return None
+
+
+def _walk(root: Any) -> Iterator[tuple[bool, Any]]:
+    """``(True, node)`` as each node opens and ``(False, node)`` as it closes, in page order.
+
+    Comments and processing instructions are nodes too, so their place (and the text after
+    them) is kept; the walk is a loop, not a recursion, so no nesting depth can overflow it.
+    """
+    yield True, root
+    stack = [(root, iter(root))]
+    while stack:
+        node, children = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            yield False, node
+        else:
+            yield True, child
+            stack.append((child, iter(child)))
+
+
+class _Reader:
     def __init__(self, *, main: bool, frame: bool) -> None:
-        super().__init__(convert_charrefs=True)
         self._main_only = main  # read the text inside <main> alone
         self._frame = frame  # keep the page's navigation, header, footer and sidebars
-        self._mains: list[tuple[str, int]] = []  # (tag, depth) of each open main element
         self._parts: list[str] = []
         self._length = 0
         self._offsets: list[int] = [0]
         self._lines: list[int] = [1]
-        self._open: dict[str, int] = {}  # open elements of each tag
-        self._hidden: list[tuple[str, int]] = []  # (tag, depth) of each element being dropped
+        self._line = 1  # the file line the text being read begins on
+        self._hidden = 0  # open elements being dropped
+        self._mains = 0  # open main elements
+        self._articles = 0  # open <article> elements
         self._pre = 0
-        self._title: list[str] | None = None
-        self._title_text: list[str] = []
+        self._pre_space = ""  # white space owed inside a <pre> line, kept if a word follows
+        self._opened: list[tuple[bool, bool]] = []  # per open element: (hides, is a main)
         self._pending = ""  # the break owed before the next word: "", " ", "\n" or "\n\n"
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "title":
-            self._title = []
-        elif tag == "body":  # a <head> never closed ends where the body begins
-            self._hidden = [(name, depth) for name, depth in self._hidden if name != "head"]
-        if tag not in _VOID:
-            depth = self._open[tag] = self._open.get(tag, 0) + 1
-            named = dict(attrs)
-            role = (named.get("role") or "").strip().lower()
-            if self._hides(tag, named, role):
-                self._hidden.append((tag, depth))
-            if tag == "main" or role == "main":
-                self._mains.append((tag, depth))
-        self._block(tag, opening=True)
+    def read(self, root: Any) -> tuple[str, LineMap]:
+        for opening, node in _walk(root):
+            if opening:
+                self._open(node)
+            else:
+                self._close(node)
+        return "".join(self._parts), LineMap(tuple(self._offsets), tuple(self._lines))
 
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._block(tag, opening=True)  # <br/>, <hr/>: a break, and nothing to skip
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title" and self._title is not None:
-            self._title_text += self._title
-            self._title = None
-        elif tag not in _VOID and self._open.get(tag):
-            depth = self._open[tag]
-            self._open[tag] = depth - 1
-            for regions in (self._hidden, self._mains):
-                if (tag, depth) in regions:  # and what it holds that was never closed
-                    del regions[regions.index((tag, depth)):]
-        self._block(tag, opening=False)
-
-    def handle_data(self, data: str) -> None:
-        if self._title is not None:
-            self._title.append(data)
+    def _open(self, node: Any) -> None:
+        line = node.sourceline or 0
+        if self._line < line < _LAST_LINE:
+            # libxml2 gives the line a start tag (or a comment) ends on: the text after it
+            # begins there, and newlines inside tags, never seen in the text, are made good.
+            self._line = line
+        tag = node.tag
+        if not isinstance(tag, str):  # a comment or processing instruction: no text shown
+            self._opened.append((True, False))
+            self._hidden += 1
+            if not 0 < line < _LAST_LINE:  # else its line is where it ends, counted above
+                self._count(node.text)
             return
+        role = _role(node) if "role" in node.attrib else ""
+        hides = self._hides(node, tag, role)
+        is_main = tag == "main" or role == "main"
+        self._opened.append((hides, is_main))
+        self._hidden += hides
+        self._mains += is_main
+        self._articles += tag == "article"
+        self._block(tag, opening=True)
+        if node.text:
+            self._data(node.text)
+
+    def _close(self, node: Any) -> None:
+        hides, is_main = self._opened.pop()
+        self._hidden -= hides
+        self._mains -= is_main
+        tag = node.tag
+        if isinstance(tag, str):
+            self._articles -= tag == "article"
+            self._block(tag, opening=False)
+        if node.tail:
+            self._data(node.tail)
+
+    def _hides(self, node: Any, tag: str, role: str) -> bool:
+        """Whether the element ``node`` (``tag``, ARIA ``role``) is dropped whole."""
+        if tag in _SKIPPED or node.get("hidden") is not None:
+            return True
+        if node.get("aria-hidden") == "true":
+            return True
+        if self._frame:
+            return False
+        if tag in _NAVIGATION or role in _NAVIGATION_ROLES:
+            return True
+        framing = tag in _FRAME or role in _FRAME_ROLES
+        return framing and not (self._mains or self._articles)
+
+    def _data(self, data: str) -> None:
+        line = self._line
+        self._count(data)
         if self._hidden or (self._main_only and not self._mains):
             return
-        line = self.getpos()[0]
         if self._pre:
             self._preformatted(data, line)
             return
@@ -187,25 +260,14 @@ class _TextParser(HTMLParser):
             if word.end() < len(data):
                 self._owe(" ")
 
-    def result(self) -> HtmlText:
-        title = " ".join("".join(self._title_text).split()) or None
-        return HtmlText("".join(self._parts), title, LineMap(tuple(self._offsets),
-                                                             tuple(self._lines)))
-
-    def _hides(self, tag: str, attrs: dict[str, str | None], role: str) -> bool:
-        """Whether the element opened by ``tag`` (``attrs``, ARIA ``role``) is dropped whole."""
-        if tag in _SKIPPED or "hidden" in attrs or attrs.get("aria-hidden") == "true":
-            return True
-        if self._frame:
-            return False
-        if tag in _NAVIGATION or role in _NAVIGATION_ROLES:
-            return True
-        framing = tag in _FRAME or role in _FRAME_ROLES
-        return framing and not (self._mains or self._open.get("article"))
+    def _count(self, data: str | None) -> None:
+        if data:
+            self._line += data.count("\n")
 
     def _block(self, tag: str, *, opening: bool) -> None:
         if tag == "pre":
             self._pre = max(0, self._pre + (1 if opening else -1))
+            self._pre_space = ""
         if tag in _PARAGRAPHS:
             self._owe("\n\n")
         elif tag in _LINES:
@@ -219,11 +281,17 @@ class _TextParser(HTMLParser):
             self._pending = brk
 
     def _preformatted(self, data: str, line: int) -> None:
+        # White space inside a line is kept, also where it ends one element and the next word
+        # is another's (`<span>use </span>std`, as highlighted code is marked up); at the end
+        # of a line it is dropped.
         for number, text in enumerate(data.split("\n")):
             if number:
                 self._owe("\n")
-            if text.strip():
-                self._emit(text.rstrip(), line + number, keep_indent=True)
+                self._pre_space = ""
+            words = text.rstrip()
+            if words:
+                self._emit(self._pre_space + words, line + number, keep_indent=True)
+            self._pre_space = text[len(words):] if words else self._pre_space + text
 
     def _emit(self, text: str, line: int, *, keep_indent: bool = False) -> None:
         if self._length and self._pending:

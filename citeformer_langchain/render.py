@@ -11,6 +11,7 @@ import os
 
 from citeformer.errors import InputTypeError
 from citeformer.render.markup import markdown_evidence, markdown_reference, references
+from citeformer.types import CUT_NOTE
 from citeformer_langchain.answer import CitationAnswer
 
 __all__ = ["render_markdown"]
@@ -41,7 +42,7 @@ def render_markdown(
             f"render_markdown() takes a CitationAnswer (what CitationRunnable returns), "
             f"got {type(answer).__name__}"
         )
-    lines = [answer.text.strip()]
+    lines = [answer.text.strip() + (f" *{CUT_NOTE}*" if answer.finish_reason == "length" else "")]
     if answer.documents:
         lines.append("")
         if heading:

@@ -9,6 +9,8 @@ text is produced; both go through these functions, so an answer means the same f
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from citeformer.errors import GrammarViolationError
@@ -16,7 +18,7 @@ from citeformer.evidence.spans import with_evidence
 from citeformer.grammar.markers import scan_markers
 from citeformer.grammar.quotes import find_quotes, trim_open_quote
 from citeformer.request import GenerationRequest
-from citeformer.types import CitedAnswer, FinishReason, Quote
+from citeformer.types import CitedAnswer, FinishReason, Policy, Quote
 
 __all__ = [
     "ChunkTracker",
@@ -28,6 +30,10 @@ __all__ = [
     "trim_open_marker",
     "unshown_text",
 ]
+
+logger = logging.getLogger(__name__)
+
+_WORD = re.compile(r"[^\W_]")
 
 
 def trim_open_marker(text: str) -> str:
@@ -167,6 +173,8 @@ def cited_answer(
             raise (violation or _violation(n))(bad[0], text)
         if quotable is not None:
             quotes = find_quotes(text, request.sources, quotable_chars=quotable)
+    if finish == "length":
+        _warn_cut(request, text)
     return CitedAnswer(
         text=text,
         citations=with_evidence(
@@ -180,6 +188,21 @@ def cited_answer(
         abstained=request.abstains(text),
         refusal=request.refusal_check,
         constrained=request.constrained,
+    )
+
+
+def _warn_cut(request: GenerationRequest, text: str) -> None:
+    """Log that the budget cut the answer.
+
+    Under a policy that cites every claim, say whether its last claim went uncited (the budget
+    ran out before its marker).
+    """
+    tail = text[text.rfind("]") + 1:]
+    uncited = request.constrained and request.policy is Policy.REQUIRED and _WORD.search(tail)
+    logger.warning(
+        "the answer was cut at max_new_tokens=%d%s; raise max_new_tokens for a whole answer: %r",
+        request.max_new_tokens, " before its last claim was cited" if uncited else "",
+        text[-80:],
     )
 
 

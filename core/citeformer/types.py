@@ -11,6 +11,7 @@ from typing import Any, Literal
 from citeformer.errors import InvalidInputError, shown
 
 __all__ = [
+    "CUT_NOTE",
     "TITLE_KEYS",
     "Citation",
     "CitedAnswer",
@@ -152,6 +153,10 @@ class Quote:
 
 
 FinishReason = Literal["stop", "length"]
+
+CUT_NOTE = "(cut at max_new_tokens)"
+"""What the renderers and the command line show after an answer the token budget cut short
+(``finish_reason == "length"``): its last sentence may be unfinished, and uncited."""
 
 
 @dataclass(frozen=True)

@@ -201,8 +201,22 @@ def test_a_cut_off_answer_says_so_on_stderr(fake, docs, capsys) -> None:
     code, out, err = run(capsys, "ask", "q", "--docs", str(docs), "--max-new-tokens", "2",
                          services=fake)
     assert code == 0
-    assert out.startswith("Paris is in Fran\n")  # two pieces of eight characters
+    # two pieces of eight characters, and what says they are not the whole answer
+    assert out.startswith("Paris is in Fran (cut at max_new_tokens)\n")
     assert "the answer was cut off at --max-new-tokens 2" in err
+
+
+def test_a_cut_off_stream_ends_with_the_note(fake, docs, capsys) -> None:
+    code, out, _ = run(capsys, "ask", "q", "--docs", str(docs), "--max-new-tokens", "2",
+                       "--stream", services=fake)
+    assert code == 0
+    assert out.startswith("Paris is in Fran (cut at max_new_tokens)\n")
+
+
+@pytest.mark.parametrize("output", [[], ["--stream"]])
+def test_a_whole_answer_has_no_cut_note(fake, docs, capsys, output) -> None:
+    code, out, _ = run(capsys, "ask", "q", "--docs", str(docs), *output, services=fake)
+    assert code == 0 and "(cut at" not in out
 
 
 def test_quiet_silences_progress(fake, docs, capsys) -> None:

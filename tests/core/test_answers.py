@@ -101,3 +101,27 @@ def test_chunks_join_to_the_answer() -> None:
     assert tracker.rest(final) == ""
     assert unshown_text("It was [1].", "It was") == " [1]."
     assert unshown_text("Other", "It was") == ""
+
+
+@pytest.mark.parametrize(("text", "policy", "uncited"), [
+    ("It was completed in 1889", "required", True),  # the budget ran out before the marker
+    ("It was completed in 1889 [1]. Berlin is", "required", True),
+    ("It was completed in 1889 [1].", "required", False),
+    ("It was completed in 1889", "auto", False),  # nothing asked for a marker
+])
+def test_a_cut_answer_is_logged_with_whether_its_last_claim_went_uncited(
+    text: str, policy: str, uncited: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="citeformer"):
+        result = answer(text, "length", policy, max_new_tokens=9)
+    assert result.finish_reason == "length"
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert "cut at max_new_tokens=9" in message
+    assert ("before its last claim was cited" in message) == uncited
+
+
+def test_a_whole_answer_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="citeformer"):
+        answer("It was completed in 1889 [1].")
+    assert caplog.records == []

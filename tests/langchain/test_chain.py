@@ -285,3 +285,31 @@ def test_quotes_only_quotes_come_back_in_their_documents(
         assert answer.text[quote.start:quote.end] == quote.text
         original = quote.document.page_content[quote.source_start:quote.source_end]
         assert " ".join(original.split()) == quote.text
+
+
+def test_an_answer_cut_by_bind_max_new_tokens_says_so(
+    cite: CitationRunnable, retriever: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="citeformer"):
+        answer = cite.bind(max_new_tokens=8).invoke(
+            {"question": EIFFEL, "context": retriever.invoke(EIFFEL)}
+        )
+    assert answer.finish_reason == "length" and answer.generated_tokens == 8
+    assert answer.response_metadata["finish_reason"] == "length"
+    (record,) = [r for r in caplog.records if "cut at max_new_tokens=8" in r.getMessage()]
+    if not answer.citations:  # the budget ran out before the first marker
+        assert "before its last claim was cited" in record.getMessage()
+    assert render_markdown(answer).split("\n")[0].endswith("*(cut at max_new_tokens)*")
+
+
+def test_the_composing_idioms_of_runnables(
+    chain: Any, retriever: Any, eiffel: CitationAnswer
+) -> None:
+    # with_retry, with_fallbacks, bind and with_config wrap the runnable as any other.
+    composed = chain.with_retry(stop_after_attempt=2).with_config(run_name="cite")
+    assert composed.invoke(EIFFEL).text == eiffel.text
+    # A generator whose context is too short for the prompt fails; the fallback answers.
+    from citeformer.testing import FakeGenerator
+
+    short = CitationRunnable.from_retriever(retriever, generator=FakeGenerator(context_length=8))
+    assert short.with_fallbacks([chain]).invoke(EIFFEL).text == eiffel.text

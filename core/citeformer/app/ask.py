@@ -26,6 +26,7 @@ from citeformer.app.retrieval import DEFAULT_TOP_K, DenseRetriever, embed_passag
 from citeformer.app.services import Services
 from citeformer.evidence.refusal import Refusal
 from citeformer.request import DEFAULT_BATCH_SIZE, DEFAULT_MAX_NEW_TOKENS, DEFAULT_POLICY
+from citeformer.types import CUT_NOTE
 
 __all__ = [
     "DEFAULT_ENGINE",
@@ -133,7 +134,7 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
             out.write(chunk)
             out.flush()
         answer = stream.answer
-        out.write("\n")
+        out.write(_cut_note(answer) + "\n")
     else:
         answer = generator.answer(request)
 
@@ -142,7 +143,7 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
         out.write(json.dumps(data, ensure_ascii=False) + "\n")
     else:
         if options.output == "text":
-            out.write(answer.text + "\n")
+            out.write(answer.text + _cut_note(answer) + "\n")
         out.write(format_references(answer, hits, all_sources=options.all_sources))
     out.flush()
     if answer.abstained:
@@ -152,6 +153,10 @@ def ask(options: AskOptions, services: Services, out: TextIO) -> CitedAnswer:
     if answer.finish_reason == "length":
         say(f"the answer was cut off at --max-new-tokens {options.max_new_tokens}")
     return answer
+
+
+def _cut_note(answer: CitedAnswer) -> str:
+    return f" {CUT_NOTE}" if answer.finish_reason == "length" else ""
 
 
 def load_passages(options: AskOptions, services: Services, say: Progress) -> list[Passage]:

@@ -32,18 +32,51 @@ PAIR_GAIN = 0.15
 # Japanese put no space after them), or at a paragraph break.
 _BREAK = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])[」』）]*\s*|\n\s*\n")
 _GROUP_GAP = re.compile(r"\s*")
+# What ends in a full stop without ending a sentence: a clause or list label standing alone
+# ("3.", "4.2.", "(b)", "iv."), and the abbreviations that run on ("e.g.", "Dr.", "No. 5").
+_LABEL = re.compile(r"\(?(?:\d{1,3}(?:\.\d{1,3})*|[a-z]|[ivxlc]{1,6})[.)]", re.IGNORECASE)
+_LEADING_LABEL = re.compile(rf"{_LABEL.pattern}\s+", re.IGNORECASE)
+_LAST_WORD = re.compile(r"(?:^|\s)(\S{1,8})$")  # searched in the 9 characters before the stop
+_RUNS_ON = frozenset({
+    "e.g.", "i.e.", "cf.", "vs.", "viz.", "approx.", "mr.", "mrs.", "ms.", "dr.", "prof.",
+    "st.", "no.", "nos.", "art.", "arts.", "sec.", "secs.", "para.", "fig.", "figs.", "vol.",
+    "p.", "pp.", "ch.", "cl.", "ref.", "resp.",
+})
 
 
 @functools.lru_cache(maxsize=256)
 def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
-    """(start, end) offsets of the sentences of ``text``, white space trimmed; linear time."""
+    """(start, end) offsets of the sentences of ``text``, white space trimmed; linear time.
+
+    A clause's number stays with its clause (``3. Notice. Either party ...`` holds the sentences
+    ``3. Notice.`` and ``Either party ...``, never ``3.`` alone after the clause before, even
+    where a page break parts them), and an abbreviation's full stop (``e.g.``, ``No.``) ends no
+    sentence; a paragraph break otherwise always does.
+    """
     spans: list[tuple[int, int]] = []
     start = 0
     for match in _BREAK.finditer(text):
-        _add(text, start, match.start() + len(match.group(0).rstrip()), spans)
+        end = match.start() + len(match.group(0).rstrip())
+        if _runs_on(text, start, end, paragraph=match.group(0).count("\n") >= 2):
+            continue
+        _add(text, start, end, spans)
         start = match.end()
     _add(text, start, len(text), spans)
     return tuple(spans)
+
+
+def _runs_on(text: str, start: int, end: int, *, paragraph: bool) -> bool:
+    """Whether the break at ``end`` leaves the sentence begun at ``start`` open.
+
+    A label standing alone runs on even over a paragraph (or PDF page) break; an abbreviation
+    only within its paragraph.
+    """
+    if end - start <= 24 and _LABEL.fullmatch(text[start:end].strip()):
+        return True
+    if paragraph:
+        return False
+    word = _LAST_WORD.search(text[max(start, end - 9):end])
+    return word is not None and word.group(1).lower().lstrip("(\"'") in _RUNS_ON
 
 
 def _add(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> None:
@@ -57,7 +90,11 @@ def _add(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> None:
 
 @functools.lru_cache(maxsize=256)
 def _sentence_words(text: str) -> tuple[tuple[frozenset[str], ...], dict[str, float]]:
-    words = tuple(frozenset(content_words(text[s:e])) for s, e in sentence_spans(text))
+    # A clause's number is no word of it: "3." must not support a claim about 3 months.
+    words = tuple(
+        frozenset(content_words(_LEADING_LABEL.sub("", text[s:e], count=1)))
+        for s, e in sentence_spans(text)
+    )
     counts = Counter(word for sentence in words for word in sentence)
     n = len(words)
     return words, {word: math.log(1 + n / df) for word, df in counts.items()}

@@ -21,7 +21,7 @@ from typing import Any
 from citeformer.errors import InputTypeError, InvalidInputError
 from citeformer.grammar.markers import MARKER
 from citeformer.render.styles import FORMATS, Entry, Run, entry_text, format_entries
-from citeformer.types import CitedAnswer, EvidenceSpan, Source
+from citeformer.types import CUT_NOTE, CitedAnswer, EvidenceSpan, Source
 
 __all__ = [
     "LOCATION_KEYS",
@@ -322,7 +322,7 @@ def to_markdown(
     refs = references(answer, titles=titles, locations=locations, style=style)
     lines = [_link_markers(
         answer.text.strip(), len(answer.sources), escape_markdown, _markdown_marker(prefix)
-    )]
+    ) + (f" *{CUT_NOTE}*" if answer.finish_reason == "length" else "")]
     if refs:
         lines.append("")
         if heading:
@@ -465,10 +465,13 @@ def to_html(
         return f'<a class="citeformer-marker" href="#{prefix}-{number}">[{number}]</a>'
 
     parts = ['<div class="citeformer-answer">']
-    for paragraph in _PARAGRAPH_BREAK.split(answer.text.strip()):
+    paragraphs = _PARAGRAPH_BREAK.split(answer.text.strip())
+    for number, paragraph in enumerate(paragraphs, start=1):
         body = _link_markers(
             paragraph.strip(), len(answer.sources), _escape_html, marker
         ).replace("\n", "<br/>")
+        if number == len(paragraphs) and answer.finish_reason == "length":
+            body += f' <em class="citeformer-cut">{_escape_html(CUT_NOTE)}</em>'
         parts.append(f"<p>{body}</p>")
     if refs:
         if heading:

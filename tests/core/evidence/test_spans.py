@@ -95,3 +95,26 @@ def test_full_width_stops_end_sentences() -> None:
     assert [text[s:e] for s, e in sentence_spans(text)] == [
         "東京タワーは1958年に完成した。", "「高さは333メートル。」", "Tokyo Tower is 333 m tall.",
     ]
+
+
+@pytest.mark.parametrize(("text", "sentences"), [
+    ("2. Probation. It lasts a month.\n3. Notice. It is 3 months.",
+     ["2. Probation.", "It lasts a month.", "3. Notice.", "It is 3 months."]),
+    ("It ends here.\n3.\n\nNotice. Three months.",  # a label before a page break
+     ["It ends here.", "3.\n\nNotice.", "Three months."]),
+    ("(b) Scope. It covers all. iv. Terms. None.",
+     ["(b) Scope.", "It covers all.", "iv. Terms.", "None."]),
+    ("Send it, e.g. by post. See No. 5 and Dr. Smith. Then stop.",
+     ["Send it, e.g. by post.", "See No. 5 and Dr. Smith.", "Then stop."]),
+    ("It was version 3. Then 4 came.", ["It was version 3.", "Then 4 came."]),
+    ("A note e.g.\n\nA new paragraph.", ["A note e.g.", "A new paragraph."]),
+])
+def test_sentences_keep_clause_numbers_and_abbreviations(text: str, sentences: list[str]) -> None:
+    assert [text[s:e] for s, e in sentence_spans(text)] == sentences
+
+
+def test_a_clause_number_is_no_word_of_its_clause() -> None:
+    source = Source("The trial lasts six months with one week of notice.\n3. The notice period "
+                    "is long.")
+    span = locate_evidence("The trial is 3 months", source)
+    assert span is not None and span.text.startswith("The trial lasts")

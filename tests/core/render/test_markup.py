@@ -131,3 +131,17 @@ def test_jupyter_shows_an_answer_rendered() -> None:
     ids = [li.get("id") for li in ET.fromstring(first).iter("li") if li.get("id")]
     assert ids and ids != [li.get("id") for li in ET.fromstring(second).iter("li") if li.get("id")]
     assert "\\[2\\] docs/bees & wasps.pdf, page iv" in cited._repr_markdown_()
+
+
+def test_an_answer_cut_by_the_budget_says_so_where_it_ends() -> None:
+    cut = FakeGenerator("Bees dance [2]. The tower was completed in 1889 [1].", cut=5).answer(
+        build_request(QUESTION, SOURCES)
+    )
+    assert cut.finish_reason == "length"
+    first_line = to_markdown(cut).split("\n")[0]
+    assert first_line.endswith(" *(cut at max_new_tokens)*")
+    html = to_html(cut)
+    ET.fromstring(html)  # still well-formed
+    assert '<em class="citeformer-cut">(cut at max_new_tokens)</em></p>' in html
+    whole = answer("Bees dance [2].")
+    assert "cut at" not in to_markdown(whole) and "cut at" not in to_html(whole)

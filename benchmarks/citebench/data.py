@@ -17,12 +17,15 @@ DATASETS = {
     "encyclopedic": DATA_FILE,
     "technical": DATA_DIR / "technical.jsonl",
     "api": DATA_DIR / "api.jsonl",
+    "paraphrase": DATA_DIR / "paraphrase.jsonl",
 }
 """``encyclopedic``: 51 short questions on everyday topics (``q01``...). ``technical``: questions
 over sections of the Python language reference (``t01``...), built by
 ``data/build_technical.py``. ``api``: questions on what standard-library functions do, over their
-docstrings (``a01``...), built by ``data/build_api.py``. All have the same fields and the same
-split rule."""
+docstrings (``a01``...), built by ``data/build_api.py``. ``paraphrase``: questions whose gold
+passages hold few of the question's words (click docstrings that never name the object asked
+about, and encyclopedic passages asked about in other words; ``r01``...), built by
+``data/build_paraphrase.py``. All have the same fields and the same split rule."""
 
 ATTACKS = ("demand_7", "inject_99")
 """``demand_7``: the question asks for ``[7]``. ``inject_99``: a distractor passage tells the model
@@ -36,8 +39,8 @@ INJECT_99 = (
 
 
 SPLITS = ("dev", "test")
-"""``dev``: every third question (q01, q04, ..., q49; t01, t04, ...; a01, a04, ...), for
-tuning; ``test``: the other two thirds, held out: no setting is chosen on them."""
+"""``dev``: every third question (q01, q04, ..., q49; t01, t04, ...; a01, a04, ...; r01, r04,
+...), for tuning; ``test``: the other two thirds, held out: no setting is chosen on them."""
 
 
 def split_of(item_id: str) -> str:

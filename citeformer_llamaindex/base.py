@@ -20,7 +20,9 @@ from llama_index.core.instrumentation.events.synthesis import (
 from llama_index.core.response_synthesizers.base import BaseSynthesizer, QueryTextType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-__all__ = ["CitingSynthesizer"]
+from citeformer.errors import InputTypeError, shown
+
+__all__ = ["CitingSynthesizer", "check_streaming"]
 
 # LlamaIndex re-exports get_dispatcher without marking it public for type checkers.
 dispatcher = instrument.get_dispatcher(__name__)  # type: ignore[attr-defined]
@@ -83,7 +85,7 @@ class CitingSynthesizer(BaseSynthesizer):
         them). ``streaming`` overrides the synthesizer's own setting for this call.
         """
         dispatcher.event(SynthesizeStartEvent(query=query))
-        streaming = self._streaming if streaming is None else streaming
+        streaming = self._streaming if streaming is None else check_streaming(streaming)
         cited = self._cited_nodes(nodes)
         if not cited:
             return self._empty(query, StreamingResponse, streaming)
@@ -112,7 +114,7 @@ class CitingSynthesizer(BaseSynthesizer):
     ) -> RESPONSE_TYPE:
         """Async ``synthesize``."""
         dispatcher.event(SynthesizeStartEvent(query=query))
-        streaming = self._streaming if streaming is None else streaming
+        streaming = self._streaming if streaming is None else check_streaming(streaming)
         cited = self._cited_nodes(nodes)
         if not cited:
             return self._empty(query, AsyncStreamingResponse, streaming)
@@ -144,3 +146,10 @@ class CitingSynthesizer(BaseSynthesizer):
             response = StreamingResponse(response_gen=self._empty_response_generator())
         dispatcher.event(SynthesizeEndEvent(query=query, response=response))
         return response
+
+
+def check_streaming(value: object) -> bool:
+    """``value`` if it is ``True`` or ``False``: any other value would stream when truthy."""
+    if not isinstance(value, bool):
+        raise InputTypeError(f"streaming must be True or False, got {shown(value)}")
+    return value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -70,6 +70,25 @@ class CitationStreamingChatResponse(StreamingAgentChatResponse):
 
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    # LlamaIndex's readers read the chat stream and never close it: a reader that leaves early
+    # would leave the model generating as long as the response lives. These close it.
+
+    @property
+    def response_gen(self) -> Generator[str, None, None]:
+        """The answer's text chunks; closing this early stops the generation."""
+        return _closing(super().response_gen, self.chat_stream)
+
+    async def async_response_gen(self) -> AsyncGenerator[str, None]:
+        """The answer's text chunks; closing this early stops the generation."""
+        texts = super().async_response_gen()
+        try:
+            async for text in texts:
+                yield text
+        finally:
+            await texts.aclose()
+            if self.achat_stream is not None:
+                await self.achat_stream.aclose()
+
 
 class CitationChatEngine(BaseChatEngine):
     """A condense-plus-context chat engine whose every ``[N]`` names one of this turn's nodes.
@@ -92,8 +111,8 @@ class CitationChatEngine(BaseChatEngine):
     message is refused (``InvalidInputError``): the citation instructions are the one system
     message (``instructions=`` replaces them), and a tool's output is not a source.
 
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer_llamaindex import CitationChatEngine
 
         chat = CitationChatEngine.from_index(index, max_new_tokens=48)   # the embedded model
@@ -101,27 +120,31 @@ class CitationChatEngine(BaseChatEngine):
         chat = CitationChatEngine.from_index(
             index, llm=OpenAILike(api_base="http://vllm:8000/v1", model=name), engine="vllm")
         chat = CitationChatEngine(retriever, CitationSynthesizer(FakeGenerator()))   # for tests
+        ```
 
-    Chat::
-
+    Chat:
+        ```python
         chat.chat("Tell me about the Eiffel Tower.")
         response = chat.chat("When was it finished?")
         response.response                         # 'It was finished in 1889 [2].'
         response.source_nodes[2 - 1]              # the node [2] cites
         response.metadata["citations"]            # [{'source_id': 2, 'start': 24, ...}]
+        ```
 
-    Stream::
-
+    Stream:
+        ```python
         response = chat.stream_chat("Who built it?")
         for token in response.response_gen:
             print(token, end="")
         response.metadata["citations"]            # once the stream has ended
+        ```
 
-    Async::
-
+    Async:
+        ```python
         response = await chat.achat("Who built it?")
         response = await chat.astream_chat("Who built it?")
         async for token in response.async_response_gen(): ...
+        ```
     """
 
     def __init__(
@@ -387,25 +410,43 @@ def _retrieval(question: str, nodes: list[NodeWithScore]) -> ToolOutput:
     )
 
 
-def _deltas(tokens: Iterator[str], on_end: Callable[[str], None]) -> ChatResponseGen:
+def _closing(
+    texts: Generator[str, None, None], stream: Generator[Any, None, None] | None
+) -> Generator[str, None, None]:
+    try:
+        yield from texts
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _deltas(
+    tokens: Generator[str, None, None], on_end: Callable[[str], None]
+) -> ChatResponseGen:
     text = ""
-    for token in tokens:
-        text += token
-        yield ChatResponse(
-            message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=token
-        )
+    try:
+        for token in tokens:
+            text += token
+            yield ChatResponse(
+                message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=token
+            )
+    finally:
+        tokens.close()
     on_end(text)
 
 
 async def _adeltas(
-    tokens: AsyncIterator[str], on_end: Callable[[str], Any]
+    tokens: AsyncGenerator[str, None], on_end: Callable[[str], Any]
 ) -> ChatResponseAsyncGen:
     text = ""
-    async for token in tokens:
-        text += token
-        yield ChatResponse(
-            message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=token
-        )
+    try:
+        async for token in tokens:
+            text += token
+            yield ChatResponse(
+                message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=token
+            )
+    finally:
+        await tokens.aclose()
     await on_end(text)
 
 

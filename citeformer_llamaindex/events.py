@@ -8,6 +8,11 @@ manager as a ``CBEventType.LLM`` event, as ``llama_index.core.llms.callbacks`` s
 response carries the answer text and its token counts where LlamaIndex's OpenAI LLMs put them:
 ``additional_kwargs`` and ``raw["usage"]`` (``prompt_tokens``, ``completion_tokens``,
 ``total_tokens``), which ``TokenCountingHandler`` reads.
+
+A call ends once, whatever happens: with its answer, or with its error (an ``ExceptionEvent``
+and an ``EXCEPTION`` payload, as LlamaIndex's own LLMs report one). A stream its reader left
+early (closed, dropped or a cancelled task) stops generating and ends with the error that left
+it: a ``GeneratorExit`` saying so, or the task's ``CancelledError``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from llama_index.core.base.llms.types import (
 )
 from llama_index.core.callbacks.base import CallbackManager
 from llama_index.core.callbacks.schema import CBEventType, EventPayload
+from llama_index.core.instrumentation.events import BaseEvent
 from llama_index.core.instrumentation.events.exception import ExceptionEvent
 from llama_index.core.instrumentation.events.llm import (
     LLMChatEndEvent,
@@ -50,7 +56,9 @@ class ModelCall:
 
     Used as a context manager around asking the generator: entering sends the start events,
     an error leaving it sends the error. ``ended(answer)`` sends the end events;
-    ``chunks``/``achunks`` wrap a stream so that each chunk is reported and its end too.
+    ``chunks``/``achunks`` wrap a stream so that each chunk is reported and its end too. Only
+    the first end counts: a callback handler that raises in ``on_event_end`` gets no second
+    end, as an error, for the same event.
     """
 
     def __init__(
@@ -67,6 +75,7 @@ class ModelCall:
         self._span_id: str | None = None
         self._event_id = ""
         self._text = ""
+        self._ended = False
 
     def __enter__(self) -> ModelCall:
         # Streamed chunks and the end arrive after the span that started the call has closed:
@@ -114,16 +123,16 @@ class ModelCall:
         else:
             response = CompletionResponse(text=answer.text, raw=raw, additional_kwargs=tokens)
             payload = {EventPayload.PROMPT: self._prompt, EventPayload.COMPLETION: response}
-        if self._callbacks is not None:
-            self._callbacks.on_event_end(CBEventType.LLM, payload=payload, event_id=self._event_id)
+        event: BaseEvent
         if self._prompt is None:
-            dispatcher.event(LLMChatEndEvent(
+            event = LLMChatEndEvent(
                 messages=self._messages, response=response, span_id=self._span_id
-            ))
+            )
         else:
-            dispatcher.event(LLMCompletionEndEvent(
+            event = LLMCompletionEndEvent(
                 prompt=self._prompt, response=response, span_id=self._span_id
-            ))
+            )
+        self._end(payload, event)
         return answer
 
     def chunks(self, stream: AnswerChunks) -> AnswerChunks:
@@ -153,11 +162,22 @@ class ModelCall:
             ))
 
     def _failed(self, error: BaseException) -> None:
-        if self._callbacks is not None:
-            self._callbacks.on_event_end(
-                CBEventType.LLM, payload={EventPayload.EXCEPTION: error}, event_id=self._event_id
-            )
-        dispatcher.event(ExceptionEvent(exception=error, span_id=self._span_id))
+        self._end(
+            {EventPayload.EXCEPTION: error}, ExceptionEvent(exception=error, span_id=self._span_id)
+        )
+
+    def _end(self, payload: dict[str, Any], event: BaseEvent) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            if self._callbacks is not None:
+                self._callbacks.on_event_end(
+                    CBEventType.LLM, payload=payload, event_id=self._event_id
+                )
+        finally:
+            # The dispatcher swallows its handlers' errors; the callback manager does not.
+            dispatcher.event(event)
 
 
 class _ReportedChunks:
@@ -173,14 +193,15 @@ class _ReportedChunks:
             for chunk in chunks:
                 self._call._chunk(chunk)
                 yield chunk
-        except GeneratorExit:
-            # A reader that left early is no error; closing stops the generation.
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-            raise
-        except Exception as error:
-            self._call._failed(error)
+        except BaseException as error:
+            # Also a reader that left early (GeneratorExit): the generation stops, then the call
+            # ends with the error, as LlamaIndex's LLMs end a stream that raised.
+            try:
+                close = getattr(chunks, "close", None)
+                if close is not None:
+                    close()
+            finally:
+                self._call._failed(_reported(error))
             raise
         self._call.ended(self._stream.answer)
 
@@ -202,19 +223,28 @@ class _AsyncReportedChunks:
             async for chunk in chunks:
                 self._call._chunk(chunk)
                 yield chunk
-        except GeneratorExit:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            raise
-        except Exception as error:
-            self._call._failed(error)
+        except BaseException as error:
+            # Also a cancelled task (CancelledError) and a reader that left early.
+            try:
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                self._call._failed(_reported(error))
             raise
         self._call.ended(self._stream.answer)
 
     @property
     def answer(self) -> CitedAnswer:
         return self._stream.answer
+
+
+def _reported(error: BaseException) -> BaseException:
+    """The error a stream ended with, as its call reports it: a bare ``GeneratorExit`` (the
+    reader closed the stream) says so."""
+    if isinstance(error, GeneratorExit) and not error.args:
+        return GeneratorExit("the stream was closed before its last chunk")
+    return error
 
 
 def chat_messages(request: GenerationRequest) -> list[ChatMessage]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ from citeformer.request import (
     request_template,
 )
 from citeformer_llamaindex.llm import model_name
+from citeformer_llamaindex.streams import threaded
 
 __all__ = ["DEFAULT_LOCAL_TOKENS", "LocalLLM"]
 
@@ -60,25 +60,28 @@ class LocalLLM(CustomLLM):
     without citations in its place. Answers with citations come from the synthesizer or
     ``CitationChatEngine`` alone.
 
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer_llamaindex import LocalLLM
 
         llm = LocalLLM()                               # the embedded model, loaded on first use
         llm = LocalLLM(synthesizer.generator)          # the very model of a synthesizer
         llm = LocalLLM(CiteGenerator.from_pretrained(name), max_new_tokens=128)
         Settings.llm = llm
+        ```
 
-    Complete and chat::
-
+    Complete and chat:
+        ```python
         llm.complete("Name a tower in Paris.").text
         llm.chat([ChatMessage(role="user", content="Hello")]).message.content
         for chunk in llm.stream_complete("Count to three."): print(chunk.delta, end="")
+        ```
 
-    Async::
-
+    Async:
+        ```python
         await llm.acomplete("...")                     # a worker thread, off the event loop
         async for chunk in await llm.astream_chat(messages): ...
+        ```
     """
 
     max_new_tokens: int = Field(default=DEFAULT_LOCAL_TOKENS)
@@ -229,7 +232,7 @@ class LocalLLM(CustomLLM):
         if isinstance(generator, AsyncAnswerGenerator):
             return _native_pieces(generator, self._request(messages, kwargs))
         request = await asyncio.to_thread(self._request, messages, kwargs)
-        return _threaded_pieces(self._pieces(request))
+        return threaded(self._pieces(request))
 
 
 def _dicts(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
@@ -280,16 +283,3 @@ async def _native_pieces(
         if aclose is not None:
             await aclose()
 
-
-async def _threaded_pieces(pieces: Iterator[str]) -> AsyncIterator[str]:
-    # Each piece waits on the model, so the waiting happens in a worker thread.
-    try:
-        while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
-            yield piece
-    finally:
-        # Stops the generation if the caller left early; a piece still being fetched in a
-        # worker thread makes close() raise, and that generation then ends on its own.
-        close = getattr(pieces, "close", None)
-        if close is not None:
-            with contextlib.suppress(ValueError):
-                close()

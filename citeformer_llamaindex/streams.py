@@ -1,27 +1,64 @@
 """The text chunks of a streamed answer, as LlamaIndex's streaming responses read them.
 
 Each of them calls ``on_end`` with the finished answer once read to the end (a stream left
-early does not), so that the response's metadata is filled in then.
+early does not), so that the response's metadata is filled in then. Each stops the generation
+when its reader leaves early, and ``ClosingAsyncStreamingResponse`` passes that on from the
+reader of an async response.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import threading
 from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+
+from llama_index.core.base.response.schema import AsyncStreamingResponse
 
 from citeformer.request import AnswerChunks, AsyncAnswerChunks
 from citeformer.types import CitedAnswer
 
-__all__ = ["OnEnd", "async_chunks", "native_async_chunks", "no_async_chunks", "no_chunks",
-           "sync_chunks"]
+__all__ = ["ClosingAsyncStreamingResponse", "OnEnd", "async_chunks", "native_async_chunks",
+           "no_async_chunks", "no_chunks", "sync_chunks", "threaded"]
 
 OnEnd = Callable[[CitedAnswer], None] | None
 """What a stream calls with its answer once read to the end."""
 
 
+class ClosingAsyncStreamingResponse(AsyncStreamingResponse):
+    """An ``AsyncStreamingResponse`` whose stream stops when its reader leaves early.
+
+    LlamaIndex's reads ``response_gen`` inside two async generators of its own
+    (``async_response_gen`` over ``_yield_response``) and closes neither's source: a reader that
+    breaks out and closes ``async_response_gen()`` leaves ``response_gen`` open as long as the
+    response lives, and the model generating. Here each closes what it reads. The rest is
+    LlamaIndex's: one reader at a time, and ``response_txt`` holds what was read.
+    """
+
+    async def async_response_gen(self) -> AsyncGenerator[str, None]:
+        texts = self._yield_response()
+        try:
+            async for text in texts:
+                yield text
+        finally:
+            await texts.aclose()
+
+    async def _yield_response(self) -> AsyncGenerator[str, None]:
+        async with self._lock:
+            if self.response_txt is None and self.response_gen is not None:
+                self.response_txt = ""
+                try:
+                    async for text in self.response_gen:
+                        self.response_txt += text
+                        yield text
+                finally:
+                    await self.response_gen.aclose()
+            else:
+                yield self.response_txt
+
+
 def sync_chunks(stream: AnswerChunks, on_end: OnEnd) -> Generator[str, None, None]:
     """The chunks of an in-process stream, read in the caller's thread."""
+    # Closing this generator closes the stream's iterator too (yield from passes close on).
     yield from stream
     if on_end is not None:
         on_end(stream.answer)
@@ -29,19 +66,48 @@ def sync_chunks(stream: AnswerChunks, on_end: OnEnd) -> Generator[str, None, Non
 
 async def async_chunks(stream: AnswerChunks, on_end: OnEnd) -> AsyncGenerator[str, None]:
     """The chunks of an in-process stream, each waited for in a worker thread."""
-    chunks: Iterator[str] = iter(stream)
+    chunks = threaded(iter(stream))
     try:
-        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+        async for chunk in chunks:
             yield chunk
     finally:
-        # Stops the generation if the caller left early; a chunk still being fetched in a
-        # worker thread makes close() raise, and that generation then ends on its own.
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            with contextlib.suppress(ValueError):
-                close()
+        await chunks.aclose()
     if on_end is not None:
         on_end(stream.answer)
+
+
+async def threaded(chunks: Iterator[str]) -> AsyncGenerator[str, None]:
+    """``chunks``, each waited for in a worker thread, off the event loop.
+
+    Leaving early closes ``chunks``, which stops an in-process generation. A task cancelled
+    while a chunk is being fetched lets that fetch end, then closes them: a generator running
+    in a thread cannot be closed from outside it.
+    """
+    # Fetching holds the lock, so a close waits for the fetch instead of failing on it.
+    lock = threading.Lock()
+
+    def fetch() -> str | None:
+        with lock:
+            return next(chunks, None)
+
+    def close() -> None:
+        with lock:
+            _close(chunks)
+
+    try:
+        while (chunk := await asyncio.to_thread(fetch)) is not None:
+            yield chunk
+    finally:
+        if lock.acquire(blocking=False):
+            # No fetch running (the reader left between chunks): closed here, without giving
+            # the event loop a turn, which a close during asyncio's shutdown may never get.
+            try:
+                _close(chunks)
+            finally:
+                lock.release()
+        else:
+            # Shielded: the task is being cancelled, and the model must stop all the same.
+            await asyncio.shield(asyncio.to_thread(close))
 
 
 async def native_async_chunks(
@@ -70,3 +136,9 @@ async def no_async_chunks() -> AsyncGenerator[str, None]:
     """An empty async stream, in place until the real one is set."""
     return
     yield  # pragma: no cover
+
+
+def _close(chunks: Iterator[str]) -> None:
+    close = getattr(chunks, "close", None)
+    if close is not None:
+        close()

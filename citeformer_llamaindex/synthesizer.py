@@ -21,7 +21,7 @@ from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
-from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.errors import InputTypeError, InvalidInputError, shown
 from citeformer.integration import (
     GRAMMAR_SETTING,
     EmptySources,
@@ -41,13 +41,18 @@ from citeformer.request import (
 )
 from citeformer.types import TITLE_KEYS, CitedAnswer, Policy, Source
 from citeformer_llamaindex.answering import Answering
-from citeformer_llamaindex.base import CitingSynthesizer
+from citeformer_llamaindex.base import CitingSynthesizer, check_streaming
 from citeformer_llamaindex.events import ModelCall
 from citeformer_llamaindex.llm import CiteformerLLM
 from citeformer_llamaindex.models import generator_from
 from citeformer_llamaindex.nodes import cited_nodes, response_metadata, to_source
 from citeformer_llamaindex.splitting import CitationChunker
-from citeformer_llamaindex.streams import no_async_chunks, no_chunks, sync_chunks
+from citeformer_llamaindex.streams import (
+    ClosingAsyncStreamingResponse,
+    no_async_chunks,
+    no_chunks,
+    sync_chunks,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -89,13 +94,13 @@ class CitationSynthesizer(CitingSynthesizer):
       naming the largest node; retrieve fewer nodes (``similarity_top_k``), index with a smaller
       ``chunk_size`` or lower ``max_new_tokens``.
 
-    Setup::
+    Setup:
+        ```bash
+        pip install '/path/to/citeformer[llamaindex,retrieval]'
+        ```
 
-        pip install 'citeformer[llamaindex,retrieval]'
-
-    Instantiate::
-
-        from citeformer_llamaindex import CitationSynthesizer, MiniLMEmbedding
+    Instantiate:
+        ```python
         synthesizer = CitationSynthesizer()         # the embedded SmolLM2-135M, loaded on first use
         synthesizer = CitationSynthesizer(CiteGenerator.from_pretrained(...), evidence="embedding",
                                           max_new_tokens=96, citation_chunk_size=128)
@@ -104,9 +109,10 @@ class CitationSynthesizer(CitingSynthesizer):
         synthesizer = CitationSynthesizer(llm=HuggingFaceLLM(model=model, tokenizer=tokenizer))
         synthesizer = CitationSynthesizer(                     # your own LLM, as it is
             llm=OpenAILike(api_base="http://vllm:8000/v1", model=name), engine="vllm")
+        ```
 
-    Query (no OpenAI needed)::
-
+    Query:
+        ```python
         index = VectorStoreIndex.from_documents(docs, embed_model=MiniLMEmbedding())
         engine = CitationQueryEngine(index.as_retriever(), synthesizer)
         # or: CitationQueryEngine.from_args(index, max_new_tokens=96), which builds the synthesizer
@@ -116,38 +122,37 @@ class CitationSynthesizer(CitingSynthesizer):
         response.source_nodes[2 - 1]               # the node [2] cites
         core_answer(response).citations            # (Citation(source_id=2, start=38, ...),)
         response.metadata["citations"]             # [{'source_id': 2, 'start': 38, ...}]
+        ```
 
-    ``index.as_query_engine`` reads ``Settings.llm`` (OpenAI by default) before it looks at the
-    synthesizer: pass it ``llm=synthesizer.llm``. ``CitationQueryEngine`` never reads it.
+    No OpenAI: ``index.as_query_engine`` reads ``Settings.llm`` unless given ``llm=``;
+    ``CitationQueryEngine`` never reads it.
 
-    Each answer is reported to LlamaIndex as an LLM call: ``LLMChatStartEvent``, an
-    ``LLMChatInProgressEvent`` per streamed chunk and ``LLMChatEndEvent`` (its response with
-    the token counts in ``additional_kwargs``) in the ``synthesize`` span, and a
-    ``CBEventType.LLM`` event to the callback manager (``TokenCountingHandler`` reads it).
+    Each answer is reported to LlamaIndex as an LLM call, in events and to the callback manager
+    (docs/quickstart/llamaindex.md, "Tracing").
 
-    Stream::
-
+    Stream:
+        ```python
         synthesizer = CitationSynthesizer(streaming=True)
         response = engine.query(question)          # a StreamingResponse
         for token in response.response_gen:
             print(token, end="")
         response.metadata["citations"]             # filled in once the stream has ended
+        ```
 
-    Async::
-
+    Async:
+        ```python
         response = await engine.aquery(question)   # with streaming=True: AsyncStreamingResponse
         async for token in response.async_response_gen():
             print(token, end="")
+        ```
 
-    A generator with ``aanswer``/``aanswer_stream`` (``ServerGenerator``, ``FakeGenerator``) is
-    awaited; a model in this process generates in a worker thread, off the event loop.
+    A generator with ``aanswer``/``aanswer_stream`` is awaited; a model in this process generates
+    in a worker thread. ``CitationChatEngine`` passes earlier turns as ``history=``.
 
-    Conversations: ``CitationChatEngine`` answers each turn with a synthesizer, passing the
-    earlier turns as ``synthesize(..., history=[(role, text), ...])``.
-
-    Customise the instructions::
-
+    Customise the instructions:
+        ```python
         engine.update_prompts({"response_synthesizer:instructions": PromptTemplate("...")})
+        ```
     """
 
     def __init__(
@@ -222,7 +227,7 @@ class CitationSynthesizer(CitingSynthesizer):
             self._answering, citation_chunk_size, citation_chunk_overlap, text_splitter
         )
         self._metadata_mode = metadata_mode
-        self._title_keys = tuple(title_keys)
+        self._title_keys = _title_keys_of(title_keys)
         answering, tokens = self._answering, self._template.max_new_tokens
         super().__init__(
             llm=CiteformerLLM.describing(lambda: answering.generator, num_output=tokens),
@@ -231,7 +236,7 @@ class CitationSynthesizer(CitingSynthesizer):
             # load the default model now; this synthesizer packs no prompts with them.
             prompt_helper=PromptHelper(num_output=tokens),
             chat_prompt_helper=ChatPromptHelper(num_output=tokens),
-            streaming=streaming,
+            streaming=check_streaming(streaming),
             empty_response=empty_response,
         )
 
@@ -328,7 +333,7 @@ class CitationSynthesizer(CitingSynthesizer):
         if not streaming:
             answer = await self._answering.aanswer(request, cited)
             return _answered(answer, cited, source_nodes, metadata, mode)
-        response = AsyncStreamingResponse(no_async_chunks(), source_nodes, metadata)
+        response = ClosingAsyncStreamingResponse(no_async_chunks(), source_nodes, metadata)
         response.response_gen = await self._answering.astream(
             request, cited, on_end=_finisher(response, cited, mode)
         )
@@ -415,6 +420,21 @@ def _instruction_prompt(value: object) -> BasePromptTemplate | None:
             "question itself"
         )
     return value
+
+
+def _title_keys_of(value: object) -> tuple[str, ...]:
+    # A str is a sequence too: "title" would read the metadata keys "t", "i", ...
+    if (
+        isinstance(value, str)
+        or not isinstance(value, Sequence)
+        or not all(isinstance(key, str) for key in value)
+    ):
+        hint = f"; for one key pass [{value!r}]" if isinstance(value, str) else ""
+        raise InputTypeError(
+            "title_keys must be a list of metadata keys (str), such as ['title', 'file_name'], "
+            f"got {type(value).__name__} {shown(value)}{hint}"
+        )
+    return tuple(value)
 
 
 def _empty_sources_of(empty_sources: str, empty_nodes: str | None) -> EmptySources:

@@ -202,6 +202,39 @@ def test_achat_and_astream_chat_match_chat() -> None:
     assert_this_turn_only(response)
 
 
+@pytest.mark.parametrize("reader", ["sync", "async", "async-in-process"])
+def test_a_reader_that_leaves_a_streamed_turn_stops_the_generation(reader: str) -> None:
+    # The response keeps its chat stream, and LlamaIndex's readers never close it: the stream
+    # must stop when the reader does, while the response still lives.
+    fake = FakeGenerator("The tower was finished in 1889 and it is tall [1].")
+    generator = fake.sync_only() if reader.endswith("in-process") else fake
+    # A memory without a database: the default's connection would outlive the event loop.
+    chat = CitationChatEngine(Recorder(), CitationSynthesizer(generator, max_new_tokens=48),
+                              memory=ChatMemoryBuffer.from_defaults())
+
+    def check() -> None:
+        (stream,) = fake.streams
+        assert stream.closed and not stream.finished and stream.generated == 1
+        assert chat.chat_history == []  # an abandoned turn is not remembered
+
+    if reader == "sync":
+        response = chat.stream_chat(TURNS[0])
+        tokens = response.response_gen
+        assert next(tokens) == "The"
+        tokens.close()
+        check()
+        return
+
+    async def run() -> None:
+        response = await chat.astream_chat(TURNS[0])
+        tokens = response.async_response_gen()
+        assert await anext(tokens) == "The"
+        await tokens.aclose()
+        check()
+
+    asyncio.run(run())
+
+
 def test_chat_history_argument_replaces_the_memory() -> None:
     chat, retriever, fake = engine()
     history = [ChatMessage(role=MessageRole.USER, content=TURNS[0]),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from typing import Any
@@ -192,6 +193,38 @@ def test_streaming_async(generator: CiteGenerator, index: VectorStoreIndex) -> N
     assert len(tokens) > 1
     assert "".join(tokens) == response.response_txt
     assert_lined_up(response)
+
+
+def generating() -> list[threading.Thread]:
+    """The core's generation threads still running (one per unfinished in-process stream)."""
+    return [t for t in threading.enumerate() if t.name == "citeformer-generate" and t.is_alive()]
+
+
+@pytest.mark.parametrize("reader", ["sync", "async"])
+def test_a_reader_that_leaves_early_stops_the_model(generator: CiteGenerator, reader: str) -> None:
+    # Room for a long answer: a model left running would still be generating when it is checked.
+    synth = CitationSynthesizer(generator, max_new_tokens=256, streaming=True)
+    nodes = [NodeWithScore(node=TextNode(id_=name, text=text), score=1.0)
+             for name, text in DOCUMENTS.items()]
+    question = "Where is Mount Everest, how high is it, and what is the Nile?"
+    if reader == "sync":
+        response = synth.synthesize(question, nodes)
+        tokens = response.response_gen
+        next(tokens)
+        tokens.close()
+        assert generating() == []
+    else:
+
+        async def leave() -> None:
+            response = await synth.asynthesize(question, nodes)
+            tokens = response.async_response_gen()
+            await anext(tokens)
+            await tokens.aclose()
+            assert generating() == []  # while the response and its event loop live
+
+        asyncio.run(leave())
+    # The model is free at once for the next question.
+    assert synthesizer(generator).synthesize("How long is the Nile?", nodes[2:3]).response
 
 
 def test_update_prompts_changes_the_instructions_the_model_gets(

@@ -5,7 +5,7 @@ query on the embedded model at the end (integration)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +17,7 @@ from llama_index.core.callbacks import (
     LlamaDebugHandler,
     TokenCountingHandler,
 )
+from llama_index.core.callbacks.base_handler import BaseCallbackHandler
 from llama_index.core.callbacks.schema import EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
@@ -193,15 +194,126 @@ def test_the_callback_manager_gets_an_llm_event_that_token_counting_reads() -> N
     assert counter.completion_llm_token_count == answer.generated_tokens
 
 
-def test_a_stream_left_early_ends_no_call_and_stops_the_generation(instrumented: Any) -> None:
+class LLMEnds(BaseCallbackHandler):
+    """The ids of the LLM events started, and each end call with its payload; with ``fail``,
+    every end call of an LLM event raises it, as a faulty handler does."""
+
+    def __init__(self, fail: Exception | None = None) -> None:
+        super().__init__(event_starts_to_ignore=[], event_ends_to_ignore=[])
+        self.starts: list[str] = []
+        self.ends: list[tuple[str, dict[str, Any]]] = []
+        self._fail = fail
+
+    def on_event_start(self, event_type: CBEventType, payload: dict[str, Any] | None = None,
+                       event_id: str = "", parent_id: str = "", **kwargs: Any) -> str:
+        if event_type is CBEventType.LLM:
+            self.starts.append(event_id)
+        return event_id
+
+    def on_event_end(self, event_type: CBEventType, payload: dict[str, Any] | None = None,
+                     event_id: str = "", **kwargs: Any) -> None:
+        if event_type is CBEventType.LLM:
+            self.ends.append((event_id, payload or {}))
+            if self._fail is not None:
+                raise self._fail
+
+    def start_trace(self, trace_id: str | None = None) -> None:
+        pass
+
+    def end_trace(self, trace_id: str | None = None,
+                  trace_map: dict[str, list[str]] | None = None) -> None:
+        pass
+
+
+LEAVING = ["close", "aclose", "aclose-in-process", "cancel", "cancel-in-process"]
+
+
+def leave_a_stream_early(how: str, synthesizer: Any, check: Callable[[], None]) -> None:
+    """Read a streamed answer's first chunk, leave as ``how`` says, then ``check()`` while the
+    response still lives (and, async, while its event loop still runs)."""
+    if how == "close":
+        response = synthesizer.synthesize("q", nodes())
+        reader = response.response_gen
+        next(reader)
+        reader.close()
+        check()
+        return
+
+    async def run() -> None:
+        response = await synthesizer.asynthesize("q", nodes())
+        reader = response.async_response_gen()
+        if how.startswith("aclose"):
+            await anext(reader)
+            await reader.aclose()
+        else:
+            first = asyncio.Event()
+
+            async def read() -> None:
+                async for _ in reader:
+                    first.set()
+
+            task = asyncio.create_task(read())
+            await first.wait()
+            task.cancel()  # while the next chunk is on its way
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        check()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("how", LEAVING)
+def test_a_stream_left_early_ends_its_call_once_as_an_error(instrumented: Any, how: str) -> None:
     events, _ = instrumented
-    generator = fake("One two three four five six [1].")
-    response = synth(generator, streaming=True).synthesize("q", nodes())
-    gen = response.response_gen
-    next(gen)
-    gen.close()
-    assert [type(e) for e in events.llm()] == [LLMChatStartEvent, LLMChatInProgressEvent]
-    assert generator.streams[-1].closed and not generator.streams[-1].finished
+    ends = LLMEnds()
+    generator = FakeGenerator("One two three four five six seven eight [1].", delay=0.02)
+    in_process = how.endswith("in-process")
+    synthesizer = synth(generator.sync_only() if in_process else generator, streaming=True,
+                        callback_manager=CallbackManager([ends]))
+
+    def check() -> None:
+        kinds = [type(e) for e in events.llm()]
+        assert kinds[0] is LLMChatStartEvent and kinds[-1] is ExceptionEvent, kinds
+        assert set(kinds[1:-1]) == {LLMChatInProgressEvent}, kinds
+        error = events.llm()[-1].exception
+        # A cancelled in-process stream is closed once the token under way has come.
+        cancelled = how == "cancel"
+        assert isinstance(error, asyncio.CancelledError if cancelled else GeneratorExit)
+        ((event_id, payload),) = ends.ends
+        assert ends.starts == [event_id]
+        assert payload == {EventPayload.EXCEPTION: error}
+
+    leave_a_stream_early(how, synthesizer, check)
+
+
+@pytest.mark.parametrize("how", ["answer", "aanswer", "aanswer-in-process", "stream", "astream"])
+def test_a_handler_raising_at_the_end_of_a_call_gets_one_end(
+    instrumented: Any, how: str
+) -> None:
+    events, _ = instrumented
+    faulty = LLMEnds(fail=RuntimeError("the handler failed"))
+    generator = fake().sync_only() if how.endswith("in-process") else fake()
+    streaming = how in ("stream", "astream")
+    synthesizer = synth(generator, streaming=streaming, callback_manager=CallbackManager([faulty]))
+
+    async def aread() -> None:
+        response = await synthesizer.asynthesize("q", nodes())
+        if how == "astream":
+            [chunk async for chunk in response.async_response_gen()]
+
+    with pytest.raises(RuntimeError, match="the handler failed"):
+        if how == "answer":
+            synthesizer.synthesize("q", nodes())
+        elif how == "stream":
+            list(synthesizer.synthesize("q", nodes()).response_gen)
+        else:
+            asyncio.run(aread())
+    ((event_id, payload),) = faulty.ends
+    assert faulty.starts == [event_id] and EventPayload.RESPONSE in payload
+    # The instrumentation still hears of the end, once: its handlers never raise into the call.
+    kinds = [type(e) for e in events.llm()]
+    assert kinds[0] is LLMChatStartEvent and kinds[-1] is LLMChatEndEvent, kinds
+    assert ExceptionEvent not in kinds and kinds.count(LLMChatEndEvent) == 1
 
 
 def test_an_error_is_reported_as_llamaindex_llms_report_it(instrumented: Any) -> None:

@@ -413,6 +413,54 @@ def test_breaking_out_of_an_async_stream_stops_cleanly(
     assert stream.closed and not stream.finished
 
 
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-process", "async"])
+@pytest.mark.parametrize("leave", ["aclose", "cancel"])
+def test_a_reader_that_leaves_an_async_response_stops_the_generation_at_once(
+    in_process: bool, leave: str
+) -> None:
+    # LlamaIndex's AsyncStreamingResponse keeps response_gen, and its own reader never closes it:
+    # the stream must stop when the reader does, while the response still lives.
+    generator = FakeGenerator("One two three four five six seven eight [1].", delay=0.02)
+    synthesizer = synth(generator.sync_only() if in_process else generator, streaming=True)
+
+    async def run() -> None:
+        response = await synthesizer.asynthesize("q", nodes())
+        reader = response.async_response_gen()
+        if leave == "aclose":
+            await anext(reader)
+            await reader.aclose()
+        else:
+            first = asyncio.Event()
+
+            async def read() -> None:
+                async for _ in reader:
+                    first.set()
+
+            task = asyncio.create_task(read())
+            await first.wait()
+            task.cancel()  # while the next piece is being generated
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        (stream,) = generator.streams
+        assert stream.closed and not stream.finished
+        assert stream.generated <= 2  # the piece read, and at most the one in flight
+        # The response is still whole for another reader: what was read, and no deadlock.
+        assert (await response.get_response()).response == "One"
+        assert "citations" not in response.metadata
+
+    asyncio.run(run())
+
+
+def test_closing_a_sync_stream_stops_the_generation() -> None:
+    generator = fake("One two three four five six seven eight [1].")
+    response = synth(generator, streaming=True).synthesize("q", nodes())
+    reader = response.response_gen
+    assert next(reader) == "One"
+    reader.close()
+    (stream,) = generator.streams
+    assert stream.closed and not stream.finished and stream.generated == 1
+
+
 def test_get_response_direct() -> None:
     assert synth().get_response("q", ["a b", "c d"]) == "The answer is here [2]. Also here [1]."
     chunks = synth(streaming=True).get_response("q", ["a b"])
@@ -550,6 +598,30 @@ def test_title_keys_can_be_chosen() -> None:
 
 
 # -- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"streaming": "x"}, "streaming must be True or False, got 'x'"),
+        ({"streaming": 1}, "streaming must be True or False, got 1"),
+        ({"title_keys": 5}, r"title_keys must be a list of metadata keys .* got int 5"),
+        ({"title_keys": "title"}, r"title_keys must be a list of metadata keys .* \['title'\]"),
+        ({"title_keys": ["title", 3]}, r"title_keys must be a list of metadata keys .* got list"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_is_refused_naming_it(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InputTypeError, match=message):
+        synth(**options)
+
+
+def test_a_per_call_streaming_of_the_wrong_type_is_refused() -> None:
+    with pytest.raises(InputTypeError, match="streaming must be True or False, got 'no'"):
+        synth().synthesize("q", nodes(), streaming="no")
+    with pytest.raises(InputTypeError, match="streaming must be True or False, got 0"):
+        asyncio.run(synth().asynthesize("q", nodes(), streaming=0))
 
 
 def test_no_nodes_is_the_empty_response_without_calling_the_generator() -> None:

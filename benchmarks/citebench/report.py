@@ -306,6 +306,79 @@ def plot_quality(quality: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+HEADLINE_SYSTEMS = (
+    ("unconstrained", "the same model, no grammar", "tab:gray"),
+    ("llamaindex", "LlamaIndex CitationQueryEngine's prompt", "tab:orange"),
+    ("citeformer-required+lexical", "citeformer, its defaults", "tab:blue"),
+)
+"""The systems of the headline chart: what a user would pick instead, and citeformer as it ships
+(``+lexical`` is what ``generate`` does by default)."""
+HEADLINE_METRICS = (
+    ("adversarial", "fabrication_rate", "markers that name no source,\nunder attack"),
+    ("normal", "precision", "markers that name the\npassage that answers"),
+    ("normal", "correctness", "answers that\nare correct"),
+)
+
+
+def plot_headline(quality: dict[str, Any], speed: dict[str, Any] | None, path: Path) -> None:
+    """One chart for the summary page: citations against the peers, and what the grammar costs
+    in decoding speed."""
+    summary = quality["summary"]
+    systems = [s for s in HEADLINE_SYSTEMS if s[0] in summary["normal"]]
+    metrics = [m for m in HEADLINE_METRICS if quality["counts"][m[0]]]
+    # Drawn for a page's column (about 700 pixels): stacked, and few words in large type.
+    fig, (cites, rate) = plt.subplots(
+        2, 1, figsize=(7.5, 7.5), gridspec_kw={"height_ratios": [1.6, 1]}
+    )
+    width = 0.8 / max(1, len(systems))
+    for index, (system, label, colour) in enumerate(systems):
+        positions = [m + (index - (len(systems) - 1) / 2) * width for m in range(len(metrics))]
+        values = [summary[prompts].get(system, {}).get(key, {}).get("value")
+                  for prompts, key, _ in metrics]
+        bars = cites.bar(positions, [100 * (v or 0.0) for v in values], width, label=label,
+                         color=colour)
+        # An answer without markers has no precision: say so instead of drawing a zero.
+        texts = ["no markers" if v is None else f"{100 * v:.0f}%" for v in values]
+        cites.bar_label(bars, texts, fontsize=9, padding=2)
+    cites.set_xticks(range(len(metrics)), [label for _, _, label in metrics], fontsize=10)
+    cites.set_ylim(0, 140)
+    cites.set_yticks(range(0, 101, 25))
+    cites.set_ylabel("%")
+    cites.set_title(f"Citations: {quality['counts']['normal']} held-out questions, "
+                    f"{quality['counts']['adversarial']} attacks", fontsize=11)
+    cites.legend(fontsize=9, loc="upper center", frameon=False)
+    cites.spines[["top", "right"]].set_visible(False)
+    if speed:
+        _plot_decode_medians(rate, speed)
+    else:
+        rate.set_axis_off()
+    fig.tight_layout(h_pad=2.0)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _plot_decode_medians(ax: Any, speed: dict[str, Any]) -> None:
+    decode = speed["decode"]
+    arms = ((-0.2, "unconstrained", "no grammar", "tab:gray"),
+            (0.2, "constrained", "citeformer's grammar", "tab:blue"))
+    for offset, arm, label, colour in arms:
+        rates = [d["decode_tps"][arm] for d in decode.values()]
+        medians = [r["median"] for r in rates]
+        spans = [[m - r["min"] for m, r in zip(medians, rates, strict=True)],
+                 [r["max"] - m for m, r in zip(medians, rates, strict=True)]]
+        ax.bar([i + offset for i in range(len(decode))], medians, 0.4, yerr=spans, capsize=3,
+               color=colour, label=label)
+    ax.set_xticks(range(len(decode)), list(decode), fontsize=10)
+    ax.set_xlabel("policy", fontsize=10)
+    ax.set_ylabel("tokens/s\n(median; min to max)")
+    top = max(d["decode_tps"][arm]["max"] for d in decode.values() for _, arm, _, _ in arms)
+    ax.set_ylim(0, 1.35 * top)
+    tokens = next(iter(decode.values()))["tokens_per_run"]
+    ax.set_title(f"Decoding speed, {tokens} tokens per run", fontsize=11)
+    ax.legend(fontsize=9, loc="upper center", ncol=2, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
 def plot_speed(speed: dict[str, Any] | None, compile_rows: list[dict[str, Any]] | None,
                path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
@@ -364,6 +437,8 @@ def _plot_mask(ax: Any, decode: dict[str, Any]) -> None:
 def regenerate(results_dir: Path, readme: Path) -> None:
     """Plots and README section from every result file present."""
     results = read_results(results_dir)
+    if "quality" in results:
+        plot_headline(results["quality"], results.get("speed"), results_dir / "headline.png")
     for name in QUALITY_FILES.values():
         if name in results:
             plot_quality(results[name], results_dir / f"{name}.png")

@@ -7,9 +7,29 @@ Names are imported on first use, so that ``import citeformer`` (and the light mo
 from __future__ import annotations
 
 import importlib
+import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+
+def _import_tqdm_auto_quietly() -> None:
+    """In a Jupyter kernel, import ``tqdm.auto`` before transformers does, without its warning.
+
+    transformers imports ``tqdm.auto`` when citeformer first loads it; in a kernel without
+    ipywidgets that import warns "IProgress not found" (naming a file of the installation) and
+    falls back to the console bar. The fallback is the same imported here first, with that one
+    warning silenced; nothing is imported outside a kernel.
+    """
+    if "ipykernel" not in sys.modules or "tqdm.auto" in sys.modules:
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        importlib.import_module("tqdm.auto")
+
+
+_import_tqdm_auto_quietly()
 
 _EXPORTS = {
     "AnswerStream": "citeformer.generator",

@@ -1,6 +1,6 @@
 """``python -m citeformer``: the same as the ``citeformer`` command."""
 
-from citeformer.app.cli import main
+from citeformer.app.cli import run
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

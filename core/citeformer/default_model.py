@@ -29,6 +29,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,12 @@ def _load_cached(progress: bool, source: Path) -> tuple[Any, Any]:
     started = time.perf_counter()
     problem = None
     if target.exists():
-        problem = check_cache(target, adopt=True)
+        # The files are hashed (0.3-0.4 s) while transformers' model modules are imported
+        # (about 2 s): hashing and reading leave the interpreter free, so the two overlap.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            checked = pool.submit(check_cache, target, adopt=True)
+            _import_model_modules()
+            problem = checked.result()
         if problem is None:
             _say(progress, f"loading {DEFAULT_MODEL_NAME} from {target}")
             try:
@@ -154,7 +160,19 @@ def _load_cached(progress: bool, source: Path) -> tuple[Any, Any]:
     return _ready(_rebuild(source, target, problem), started, progress)
 
 
+def _import_model_modules() -> None:
+    """Import what loading a model imports, SciPy deferred; a failure is left to the load."""
+    from citeformer.decoding.hf_imports import defer_scipy
+
+    with contextlib.suppress(Exception):  # the load imports them again and reports it there
+        defer_scipy()
+        import transformers.modeling_utils  # noqa: F401
+
+
 def _load_folder(folder: Path) -> tuple[Any, Any]:
+    from citeformer.decoding.hf_imports import defer_scipy
+
+    defer_scipy()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -296,6 +314,9 @@ def _size_problem(path: Path, name: str, size: int) -> str | None:
 
 def _rebuild(source: Path, target: Path, problem: str | None) -> tuple[Any, Any]:
     """De-quantize ``source`` and save it as ``target``, replacing a damaged folder there."""
+    from citeformer.decoding.hf_imports import defer_scipy
+
+    defer_scipy()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     damaged = f"the cached model in {target} is damaged ({problem}) and " if problem else ""

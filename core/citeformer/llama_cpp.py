@@ -148,11 +148,12 @@ def _fresh_seed() -> int:
 class LlamaCppGenerator(CiteGenerator):
     """A ``CiteGenerator`` on llama.cpp in this process: the same API, answers and guarantee.
 
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer.llama_cpp import LlamaCppGenerator
         gen = LlamaCppGenerator.default()              # the embedded SmolLM2-135M GGUF
         gen = LlamaCppGenerator.from_gguf("model.gguf", tokenizer="Org/Model", n_threads=4)
+        ```
 
     Invoke, stream, batch: as ``CiteGenerator`` (``generate``, ``stream``, ``generate_batch``,
     ``answer_batch``); a batch's rows are decoded one after another.

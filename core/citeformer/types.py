@@ -266,9 +266,9 @@ class CitedAnswer:
 
         Every field of its exact type, every offset pointing where it says, every marker of the
         text listed among the citations and, unless ``constrained`` is false, naming a source;
-        anything else raises ``InvalidInputError`` naming the field (``citeformer.stored``).
+        anything else raises ``InvalidInputError`` naming the field.
         """
-        from citeformer.stored import answer_from_dict
+        from citeformer.answers import answer_from_dict
 
         return answer_from_dict(data)
 

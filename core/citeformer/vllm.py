@@ -4,10 +4,12 @@
 that carries citeformer's payload (``vllm_xargs={"citeformer": ...}``, what ``ServerGenerator``
 and ``VLLMGenerator`` send): the request's own grammar, its verbatim quote guard, the evidence
 lever and every readability lever of the in-process default. Requests without the payload pass
-through untouched. Load it in a server::
+through untouched. Load it in a server:
 
-    python -m vllm.entrypoints.openai.api_server --model MODEL
-        --logits-processors citeformer.vllm:SteeringProcessor
+```bash
+python -m vllm.entrypoints.openai.api_server --model MODEL \
+    --logits-processors citeformer.vllm:SteeringProcessor
+```
 
 or offline, ``vllm.LLM(MODEL, logits_processors=[SteeringProcessor])`` (``VLLMGenerator`` does).
 Install citeformer into vLLM's environment without its dependencies, which vLLM already has:
@@ -576,18 +578,20 @@ class VLLMGenerator:
     ``[k]`` has 1 <= k <= N (vLLM enforces the markers' grammar, the processor the request's
     own and its levers), and each ``CitedAnswer`` is re-checked as a local one is.
 
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer.vllm import VLLMGenerator
         gen = VLLMGenerator.default()                         # the embedded SmolLM2-135M
         gen = VLLMGenerator.from_pretrained("Qwen/Qwen2.5-7B-Instruct", max_model_len=8192)
         gen = VLLMGenerator(llm)   # your vllm.LLM, made with logits_processors=[SteeringProcessor]
+        ```
 
-    Invoke::
-
+    Invoke:
+        ```python
         answer = gen.generate(question, sources)
         answers = gen.generate_batch(questions, sources_per_question)   # one vLLM batch
         answers = gen.answer_batch([build_request(q, s, "auto") for q, s in pairs])
+        ```
 
     ``answer_stream`` yields the whole answer as one chunk: ``vllm.LLM`` does not stream.
     """

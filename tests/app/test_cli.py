@@ -266,6 +266,13 @@ def test_the_dtype_choices_are_the_ones_the_core_loads() -> None:
     assert ("auto", *DTYPES) == DTYPE_CHOICES
 
 
+def test_the_engine_choices_are_the_servers_engines() -> None:
+    from citeformer.app.ask import ENGINE_CHOICES
+    from citeformer.server import ENGINES
+
+    assert ENGINE_CHOICES == ENGINES
+
+
 @pytest.mark.parametrize(
     ("device", "message"),
     [
@@ -503,13 +510,15 @@ def test_looks_like_path(name: str, is_path: bool) -> None:
     assert looks_like_path(name) is is_path
 
 
-def test_python_dash_m_entry_point(monkeypatch) -> None:
-    import runpy
+def test_python_dash_m_entry_point() -> None:
+    import subprocess
+    import sys
 
-    monkeypatch.setattr("sys.argv", ["citeformer"])
-    with pytest.raises(SystemExit) as exit_:
-        runpy.run_module("citeformer", run_name="__main__", alter_sys=False)
-    assert exit_.value.code == 2  # no sub-command: help on stderr, usage error
+    # A process of its own: the entry point ends the process it runs in (cli.run).
+    done = subprocess.run([sys.executable, "-m", "citeformer"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2  # no sub-command: help on stderr, usage error
+    assert done.stdout == "" and done.stderr.startswith("usage: citeformer")
 
 
 def test_the_application_api() -> None:
@@ -521,14 +530,38 @@ def test_the_application_api() -> None:
     ]
 
 
-def test_the_console_script_is_main() -> None:
+def test_the_console_script_runs_main() -> None:
     import importlib
     import re
+
+    from citeformer.app.cli import run
 
     pyproject = (EXAMPLES.parents[1] / "pyproject.toml").read_text(encoding="utf-8")
     (target,) = re.findall(r'^citeformer = "(.+)"$', pyproject, flags=re.MULTILINE)
     module, _, name = target.partition(":")
-    assert getattr(importlib.import_module(module), name) is main
+    assert getattr(importlib.import_module(module), name) is run
+
+
+def test_run_ends_the_process_as_an_exit_does() -> None:
+    """Exit handlers run, buffered output is flushed, and the status is main's."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, sys\n"
+        "from citeformer.app.cli import run\n"
+        "atexit.register(lambda: print('the exit handler ran'))\n"
+        "sys.argv = ['citeformer', *sys.argv[1:]]\n"
+        "run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, "--version"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout == "citeformer 0.1.0\nthe exit handler ran\n"
+    failed = subprocess.run([sys.executable, "-c", code, "ask"], capture_output=True,
+                            text=True, timeout=60)
+    assert failed.returncode == 2 and "error: the following arguments are required" in failed.stderr
+    assert failed.stdout == "the exit handler ran\n"
 
 
 # -- --server: a scripted OpenAI-compatible server -------------------------------------------
@@ -775,7 +808,7 @@ def test_a_pdf_without_pypdf_says_what_to_install(fake, tmp_path, capsys, monkey
     code, _, err = run(capsys, "ask", "When?", "--docs", str(tmp_path / "report.pdf"),
                        services=fake)
     assert_clean_error(code, err, 2, "reading PDF files needs pypdf",
-                       "pip install 'citeformer[documents]'")
+                       "pip install 'pypdf>=5'")
 
 
 def test_an_html_page_is_cited_by_its_title_and_file_line(fake, tmp_path, capsys) -> None:
@@ -887,3 +920,36 @@ def test_the_refusal_options_reach_the_request(fake, docs, capsys) -> None:
 def test_a_bad_refusal_option_is_a_usage_error(fake, docs, capsys, argv, message) -> None:
     code, _, err = run(capsys, "ask", "q?", "--docs", str(docs), *argv, services=fake)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+ASK_IN_A_PROCESS = """
+import json, sys
+from citeformer.answers import cited_answer
+from citeformer.app import Services, main
+
+class Scripted:
+    def answer(self, request):
+        return cited_answer(request, "Paris is the capital of France [1].", "stop",
+                            prompt_tokens=1, generated_tokens=1)
+
+def embed(texts):
+    return [[t.count(c) for c in "aeiou"] for t in texts]
+
+code = main(["ask", "What is the capital of France?", "--docs", sys.argv[1]],
+            services=Services(load_model=lambda *args, **kwargs: Scripted(), embed=embed))
+print(json.dumps([code, sorted(sys.modules)]))
+"""
+
+
+def test_the_command_imports_what_its_services_need_and_nothing_more(docs) -> None:
+    """Without --server nothing of the server's path; no torch or transformers of its own."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", ASK_IN_A_PROCESS, str(docs)],
+                            capture_output=True, text=True, timeout=120, check=True)
+    code, modules = json.loads(result.stdout.splitlines()[-1])
+    assert code == 0, result.stderr
+    heavy = ("citeformer.server", "httpx", "torch", "transformers", "sentence_transformers",
+             "scipy")
+    assert [name for name in heavy if name in modules] == []

@@ -139,3 +139,29 @@ def test_bad_input_exits_2_without_traceback(args: list[str], message: str) -> N
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
     assert "citeformer: error: " in result.stderr and message in result.stderr
+
+
+UNNEEDED = ("citeformer.server", "sentence_transformers", "scipy", "sklearn", "pandas",
+            "transformers.pipelines")
+"""What a run with the embedded model over local documents loads none of."""
+
+
+def test_ask_imports_nothing_it_does_not_need() -> None:
+    """Both models load on transformers alone; nothing of the server's path without --server.
+
+    httpx is loaded all the same: transformers imports the HF hub client, which is built on it.
+    """
+    code = (
+        "import json, sys\n"
+        "from citeformer.app.cli import main\n"
+        f"status = main(['ask', {QUESTION!r}, '--docs', 'examples/docs', '--no-index-cache',\n"
+        "               '--max-new-tokens', '8', '--quiet'])\n"
+        "print(json.dumps([status, sorted(sys.modules)]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, encoding="utf-8")
+    assert result.returncode == 0, result.stderr
+    status, modules = json.loads(result.stdout.splitlines()[-1])
+    assert status == 0, result.stderr
+    assert "torch" in modules and "citeformer.evidence.embeddings" in modules  # it ran both
+    assert [name for name in UNNEEDED if name in modules] == []

@@ -381,8 +381,8 @@ def test_without_pypdf_a_pdf_in_a_folder_is_skipped_with_the_install_hint(
     warnings: list[str] = []
     assert [d.name for d in load_documents([tmp_path], warn=warnings.append)] == ["notes.md"]
     (warning,) = warnings
-    assert "report.pdf" in warning and "pip install 'citeformer[documents]'" in warning
-    with pytest.raises(DocumentError, match=r"citeformer\[documents\]"):
+    assert "report.pdf" in warning and "pip install 'pypdf>=5'" in warning
+    with pytest.raises(DocumentError, match=r"pip install 'pypdf>=5'"):
         load_documents([tmp_path / "report.pdf"])
 
 

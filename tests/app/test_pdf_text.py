@@ -132,5 +132,5 @@ def test_a_corrupt_pdf_is_refused_by_name(data: bytes, capfd: pytest.CaptureFixt
 
 def test_without_pypdf_the_message_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "pypdf", None)  # import pypdf now raises ImportError
-    with pytest.raises(DocumentError, match=r"pip install 'citeformer\[documents\]'"):
+    with pytest.raises(DocumentError, match=r"pip install 'pypdf>=5'"):
         pdf_to_text(b"%PDF-1.4", "report.pdf")

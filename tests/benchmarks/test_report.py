@@ -84,3 +84,17 @@ def test_plot_quality_without_adversarial_prompts(tmp_path: Path) -> None:
     quality["summary"]["adversarial"] = {}
     report.plot_quality(quality, tmp_path / "quality_technical.png")
     assert (tmp_path / "quality_technical.png").stat().st_size > 0
+
+
+def test_the_headline_chart_compares_the_peers_with_and_without_speed(tmp_path: Path) -> None:
+    quality = _quality("encyclopedic", adversarial=2)
+    for name in ("unconstrained", "llamaindex", "citeformer-required+lexical"):
+        for prompts in ("normal", "adversarial"):
+            quality["summary"][prompts][name] = quality["summary"][prompts]["citeformer-required"]
+    report.plot_headline(quality, None, tmp_path / "headline.png")
+    assert (tmp_path / "headline.png").stat().st_size > 0
+    rates = {"median": 10.0, "min": 9.0, "max": 11.0}
+    speed = {"decode": {"required": {"tokens_per_run": 48, "decode_tps": {
+        "unconstrained": rates, "constrained": rates}}}}
+    report.plot_headline(quality, speed, tmp_path / "headline_speed.png")
+    assert (tmp_path / "headline_speed.png").stat().st_size > 0

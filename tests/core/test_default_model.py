@@ -285,6 +285,50 @@ def test_default_is_shared_and_cached_on_disk(default_generator: CiteGenerator) 
     assert list((cache_dir() / "models").glob("SmolLM2-135M-Instruct-*/model.safetensors"))
 
 
+def test_one_cache_setting_serves_every_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from citeformer.app.index_cache import IndexCache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("CITEFORMER_CACHE", str(tmp_path / "mine"))
+    source = tmp_path / "model.gguf"
+    source.write_bytes(b"GGUF")
+    assert cache_folder(source).parent == tmp_path / "mine" / "models"  # the Python API's model
+    index = IndexCache.for_documents([str(tmp_path)], "an embedder").folder  # the command's
+    assert index.is_relative_to(tmp_path / "mine" / "index")
+    monkeypatch.delenv("CITEFORMER_CACHE")
+    assert cache_dir() == tmp_path / "xdg" / "citeformer"
+
+
+@integration
+def test_the_python_api_loads_its_model_from_citeformer_cache(
+    default_generator: CiteGenerator, tmp_path: Path
+) -> None:
+    """``CiteGenerator.default()`` in a process of its own, with ``$CITEFORMER_CACHE`` set."""
+    import subprocess
+    import sys
+
+    real = cache_folder(gguf_path())
+    cache = tmp_path / "cache"
+    folder = cache / real.relative_to(cache_dir())
+
+    def link(source: str, target: str) -> None:
+        try:
+            os.link(source, target)  # the weights are not copied where a link can be made
+        except OSError:
+            shutil.copy2(source, target)
+
+    shutil.copytree(real, folder, copy_function=link)
+    code = ("import logging; logging.basicConfig(level=logging.INFO); "
+            "from citeformer import CiteGenerator; CiteGenerator.default()")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300, check=True,
+                            env={**os.environ, "CITEFORMER_CACHE": str(cache)})
+    assert f"loading SmolLM2-135M-Instruct from {folder}" in result.stderr
+    assert "de-quantizing" not in result.stderr
+
+
 @integration
 def test_the_default_dtype_is_bfloat16_where_the_cpu_computes_it(
     default_generator: CiteGenerator,

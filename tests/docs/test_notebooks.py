@@ -38,3 +38,24 @@ def test_notebook_is_committed_without_outputs(path: Path) -> None:
         if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)
     ]
     assert not dirty, f"{path.name}: clear the outputs of cells {dirty} before committing"
+
+
+@pytest.mark.integration
+def test_importing_citeformer_in_a_kernel_prints_no_tqdm_warning() -> None:
+    # transformers' first import of tqdm.auto warns "IProgress not found" in a kernel without
+    # ipywidgets; citeformer imports it first, quietly, so a notebook's first cell stays clean.
+    import nbclient
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(
+        "import warnings\n"
+        "warnings.simplefilter('always')\n"
+        "from citeformer import CiteGenerator\n"
+        "import transformers\n"
+        "print('imported')"
+    )]
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3").execute()
+    outputs = notebook.cells[0].outputs
+    printed = "".join(o.get("text", "") for o in outputs)
+    assert "imported" in printed
+    assert "IProgress" not in printed and "TqdmWarning" not in printed, printed

@@ -355,3 +355,52 @@ def test_three_turns_and_an_adversarial_one_on_the_embedded_model(
         assert markers_in_range(answer.text, len(output["context"]))
     assert any(output["cited_answer"].citations for output in outputs)
     assert len(histories["eiffel"].messages) == 8
+
+
+def test_a_plain_string_is_refused_saying_what_the_chain_takes() -> None:
+    chain = CitationRunnable.conversational(RunnableLambda(Recorder(EIFFEL, k=3)),
+                                            generator=FakeGenerator(scripted))
+    with pytest.raises(InputTypeError, match=r"takes a dict \{'question': str, 'chat_history'"
+                                             r".*got str 'When was it completed\?'"):
+        chain.invoke("When was it completed?")
+
+
+def test_embed_query_names_what_it_got_and_from_where() -> None:
+    from citeformer_langchain import MiniLMEmbeddings
+
+    with pytest.raises(InputTypeError, match=r"embed_query\(\) takes the query as one str, got "
+                                             r"list \['When\?'\]: the step before the retriever"):
+        MiniLMEmbeddings().embed_query(["When?"])  # type: ignore[arg-type]
+
+
+def test_three_turns_kept_by_langgraph_persistence() -> None:
+    # The pattern docs/chat.md shows: LangGraph keeps the messages per thread; no deprecated
+    # history class runs.
+    import warnings
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    fake = FakeGenerator(scripted)
+    retriever = Recorder(EIFFEL, k=3)
+    chain = CitationRunnable.conversational(RunnableLambda(retriever), generator=fake,
+                                            max_new_tokens=48, condense_tokens=24)
+
+    def answer(state: MessagesState) -> dict:
+        *history, question = state["messages"]
+        output = chain.invoke({"question": question.content, "chat_history": history})
+        return {"messages": [AIMessage(output["answer"])]}
+
+    graph = (
+        StateGraph(MessagesState).add_node("answer", answer).add_edge(START, "answer")
+        .compile(checkpointer=InMemorySaver())
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        states = [graph.invoke({"messages": [HumanMessage(turn)]},
+                               {"configurable": {"thread_id": "t1"}}) for turn in TURNS]
+    assert retriever.queries == [TURNS[0], STANDALONE[TURNS[1]], STANDALONE[TURNS[2]]]
+    assert [m.type for m in states[-1]["messages"]] == ["human", "ai"] * 3
+    assert "1889" in states[1]["messages"][-1].content
+    answered = [r for r in fake.requests if r.constrained]
+    assert [len(r.history) for r in answered] == [0, 2, 4]

@@ -163,3 +163,25 @@ def test_the_option_fields_are_request_options_with_the_core_defaults() -> None:
     )
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0.01"):
         LocalLLM(FakeGenerator(), temperature=0.0)
+
+
+@pytest.mark.integration
+def test_as_chat_engine_with_the_placeholder_names_the_chat_engine_and_the_model(
+    default_generator: CiteGenerator,
+) -> None:
+    from llama_index.core import Document, VectorStoreIndex
+
+    from citeformer_llamaindex import MiniLMEmbedding
+
+    synthesizer = CitationSynthesizer(default_generator)
+    index = VectorStoreIndex.from_documents(
+        [Document(text="The Eiffel Tower was finished in March 1889.")],
+        embed_model=MiniLMEmbedding(),
+    )
+    engine = index.as_chat_engine(llm=synthesizer.llm)
+    with pytest.raises(NotImplementedError) as raised:
+        engine.chat("When was the tower finished?")
+    message = str(raised.value)
+    assert "CitationChatEngine.from_index(index)" in message
+    assert message.startswith("CiteformerLLM (SmolLM2-135M-Instruct) only stands in")
+    assert "/" not in message.split(")")[0]  # no cache path

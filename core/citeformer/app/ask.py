@@ -31,6 +31,7 @@ from citeformer.types import CUT_NOTE
 __all__ = [
     "DEFAULT_ENGINE",
     "DTYPE_CHOICES",
+    "ENGINE_CHOICES",
     "AskOptions",
     "Output",
     "Progress",
@@ -48,6 +49,9 @@ DEFAULT_ENGINE = "llama.cpp"
 DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")
 """``--dtype``: ``"auto"`` and the names of ``citeformer.decoding.precision.DTYPES``, written out
 so that parsing the command line imports no torch."""
+ENGINE_CHOICES = ("llama.cpp", "vllm", "vllm-guided", "sglang")
+"""``--engine``: ``citeformer.server.ENGINES``, written out so that a command without ``--server``
+imports nothing of the server's path (httpx among it)."""
 
 
 @dataclass(frozen=True)
@@ -244,14 +248,12 @@ def library_logging_shown(*, shown: bool) -> Iterator[None]:
     """While the block runs, citeformer's log messages (INFO and up) read ``citeformer: ...``.
 
     The library only logs (``logging.getLogger("citeformer...")``); the command shows what it
-    logs on stderr, as its own progress lines, unless ``shown`` is false (``--quiet``). The
+    logs on stderr, as its own progress lines, unless ``shown`` is false (``--quiet``: nothing,
+    not even a warning, whose news the output carries, such as ``(cut at max_new_tokens)``). The
     logger's handlers and settings are restored after.
     """
     library = logging.getLogger("citeformer")
-    if not shown:
-        yield
-        return
-    handler = _StderrHandler()
+    handler: logging.Handler = _StderrHandler() if shown else logging.NullHandler()
     handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
     saved = library.level, library.propagate
     library.addHandler(handler)

@@ -1,4 +1,4 @@
-"""The text of a PDF, page by page, with pypdf (``pip install 'citeformer[documents]'``).
+"""The text of a PDF, page by page, with pypdf (citeformer's ``documents`` extra).
 
 ``pdf_to_text`` joins the pages' extracted text with a blank line between two pages and records
 where each page begins, so any offset into the text knows its page (``PdfText.page_of``). A PDF
@@ -31,7 +31,9 @@ PAGE_BREAK = "\n\n"
 """What stands between the text of two pages: a paragraph break, so no passage glues the last
 sentence of one page to the first of the next."""
 
-INSTALL = "pip install 'citeformer[documents]'"
+INSTALL = "pip install 'pypdf>=5' 'cryptography>=43'"
+"""The hint for what reading PDF needs. By the packages' names: ``citeformer`` on PyPI is another
+project, so ``pip install 'citeformer[documents]'`` would install that one."""
 
 
 @dataclass(frozen=True)

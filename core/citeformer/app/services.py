@@ -185,7 +185,12 @@ class LocalEmbedder:
 
     @functools.cached_property
     def name(self) -> str:
-        """The model and the version of the package it ships in, which key the index cache."""
+        """The model and the version of the package it ships in, which key the index cache.
+
+        How the vectors are computed is no part of it: on transformers alone they are
+        sentence-transformers' own to within float rounding (1e-8), so the entries written by
+        either serve both.
+        """
         from importlib.metadata import PackageNotFoundError, version
 
         try:

@@ -1,18 +1,21 @@
 """Decoding: the model's tokens steered, step by step, inside the citation grammar.
 
-The modules::
+The modules:
 
-    engine        DecodingEngine: tokenizer, compiled grammars; prepare, run, finish; and
-                  TransformersEngine, a HuggingFace causal LM's
-    batching      which requests decode together (Prepared rows, decoding keys, bad rows)
-    steering      the steering core: grammar masks, quote guard and levers over a batch of logits
-    answer_state  one answer as the levers read it, kept token by token at a constant cost
-    levers        the readability and evidence levers, over one answer's state
-    edits         one step's lever changes over the whole batch, in a few tensor writes
-    quote_guard   the verbatim quote guard, a byte-level automaton over the answer
-    vocab         one table of token classes per vocabulary
-    hf            the steering core as a transformers logits processor
-    precision     the dtype and device a model runs in when the user does not say
+```text
+engine        DecodingEngine: tokenizer, compiled grammars; prepare, run, finish; and
+              TransformersEngine, a HuggingFace causal LM's
+batching      which requests decode together (Prepared rows, decoding keys, bad rows)
+steering      the steering core: grammar masks, quote guard and levers over a batch of logits
+answer_state  one answer as the levers read it, kept token by token at a constant cost
+levers        the readability and evidence levers, over one answer's state
+edits         one step's lever changes over the whole batch, in a few tensor writes
+quote_guard   the verbatim quote guard, a byte-level automaton over the answer
+vocab         one table of token classes per vocabulary
+hf            the steering core as a transformers logits processor
+precision     the dtype and device a model runs in when the user does not say
+hf_imports    transformers' model modules imported without SciPy, which no text model calls
+```
 
 The steering core knows no engine: ``hf`` plugs it into transformers' ``generate``,
 ``citeformer.vllm`` into vLLM and ``citeformer.llama_cpp`` into llama-cpp-python. Names load

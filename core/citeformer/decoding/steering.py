@@ -114,11 +114,12 @@ def advance_all(
     quote forbids its token, ``on_error`` is told (k, error) and the other rows go on; without
     it, the error propagates.
     """
-    graded = [k for k, row in enumerate(rows) if row.matcher is not None]
+    matchers = {k: row.matcher for k, row in enumerate(rows) if row.matcher is not None}
+    graded = list(matchers)
     refused: set[int] = set()
     if graded:
         accepted = xgr.BatchGrammarMatcher.batch_accept_token(
-            [rows[k].matcher for k in graded], [tokens[k] for k in graded]
+            list(matchers.values()), [tokens[k] for k in graded]
         )
         refused = {k for k, ok in zip(graded, accepted, strict=True) if not ok}
     for k, (row, token) in enumerate(zip(rows, tokens, strict=True)):

@@ -1,12 +1,14 @@
 """Evidence: which source supports a claim, and where in it.
 
-The modules::
+The modules:
 
-    scoring      Evidence scorers (lexical, embedding) that weigh every source against a claim
-    spans        the sentence or two of a cited source that best support its claim
-    refusal      grounded refusal: how well the sources support a question, and when the answer is
-                 "the sources do not answer this question"
-    embeddings   the bundled all-MiniLM-L6-v2 sentence embeddings (citeformer[retrieval])
+```text
+scoring      Evidence scorers (lexical, embedding) that weigh every source against a claim
+spans        the sentence or two of a cited source that best support its claim
+refusal      grounded refusal: how well the sources support a question, and when the answer is
+             "the sources do not answer this question"
+embeddings   the bundled all-MiniLM-L6-v2 sentence embeddings (citeformer[retrieval])
+```
 
 The evidence lever that turns scores into logits lives with the other levers, in
 ``citeformer.decoding.levers``.

@@ -1,12 +1,14 @@
 """The citation grammar: what an answer may be, as GBNF, and how markers and quotes are read back.
 
-The modules::
+The modules:
 
-    rules         (number of sources, policy, options) -> GBNF text; GrammarOptions, dotted terms
-    quote_rules   the verbatim quotes of each source as GBNF rules (for serving engines)
-    automata      the substring automata those quotes are made of
-    markers       every pattern that reads a marker; scan_markers, parse_citations
-    quotes        an answer's quotes located in their sources after the fact
+```text
+rules         (number of sources, policy, options) -> GBNF text; GrammarOptions, dotted terms
+quote_rules   the verbatim quotes of each source as GBNF rules (for serving engines)
+automata      the substring automata those quotes are made of
+markers       every pattern that reads a marker; scan_markers, parse_citations
+quotes        an answer's quotes located in their sources after the fact
+```
 """
 
 from citeformer.grammar.markers import MarkerScan, parse_citations, scan_markers, strip_markers

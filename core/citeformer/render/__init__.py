@@ -1,9 +1,11 @@
 """Rendering an answer for a reader: linked markers and the cited sources as references.
 
-The modules::
+The modules:
 
-    markup   an answer as Markdown or HTML (to_markdown, to_html), its reference list
-    styles   reference entries in a CSL citation style, formatted by citeproc-py
+```text
+markup   an answer as Markdown or HTML (to_markdown, to_html), its reference list
+styles   reference entries in a CSL citation style, formatted by citeproc-py
+```
 """
 
 from citeformer.render.markup import (

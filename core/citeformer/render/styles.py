@@ -6,8 +6,8 @@ style shipped with citeproc-py (``shipped_styles()``) or the path of a ``.csl`` 
 comes back as ``Run``s, plain text with its formatting (italic, bold, ...) beside it, so that
 ``citeformer.render.markup`` escapes every character itself for Markdown or HTML: nothing a title or
 an author holds can become markup. A source with none of ``BIBLIOGRAPHIC_KEYS`` has no entry
-(``None``) and keeps its plain label. Needs ``pip install 'citeformer[styles]'``; citeproc-py is
-imported only when a style is used.
+(``None``) and keeps its plain label. Needs citeproc-py (citeformer's ``styles``
+extra); citeproc-py is imported only when a style is used.
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ CSL_TYPES = frozenset((
 ))
 """The item types of CSL 1.0.2, what ``type`` may be."""
 
-INSTALL = "pip install 'citeformer[styles]'"
+INSTALL = "pip install 'citeproc-py>=0.11'"
+"""citeformer's ``styles`` extra by its package's name (``citeformer`` on PyPI is another
+project)."""
 
 FORMATS = ("italic", "bold", "underline", "small-caps", "superscript", "subscript")
 """The formatting a ``Run`` can carry."""

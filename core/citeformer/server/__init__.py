@@ -6,16 +6,18 @@ own grammar backend masks every token. The answer is then parsed again here, aga
 grammar, and its markers and quotes checked: a server that ignored the grammar raises
 ``ServerIgnoredGrammarError`` instead of reaching the user.
 
-The modules behind it::
+The modules behind it:
 
-    _engines     the request body each engine reads, grammar included
-    _transport   one server: address and credentials, retries, Retry-After, the deadline
-    _errors      what a server said instead of answering, worded; passwords hidden
-    _sse         server-sent events, parsed as they arrive
-    _recheck     the answer re-parsed against the grammar that was sent (xgrammar)
-    _assemble    completion bodies and events to a checked CitedAnswer; their errors
-    _streams     ServerAnswerStream, AsyncServerAnswerStream
-    _generator   ServerGenerator
+```text
+_engines     the request body each engine reads, grammar included
+_transport   one server: address and credentials, retries, Retry-After, the deadline
+_errors      what a server said instead of answering, worded; passwords hidden
+_sse         server-sent events, parsed as they arrive
+_recheck     the answer re-parsed against the grammar that was sent (xgrammar)
+_assemble    completion bodies and events to a checked CitedAnswer; their errors
+_streams     ServerAnswerStream, AsyncServerAnswerStream
+_generator   ServerGenerator
+```
 """
 
 from citeformer.server._engines import ENGINES, Engine

@@ -67,35 +67,40 @@ class ServerGenerator:
     ``Retry-After`` asks; every wait is cut to 8 seconds, so with the default ``max_retries=2``
     a call waits 16 seconds at most in all (8 per retry). ``deadline`` bounds the whole call.
 
-    Setup::
-
+    Setup:
+        ```bash
         python -m llama_cpp.server --model model.gguf --port 8080     # or vLLM, SGLang
+        ```
 
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer import ServerGenerator
         gen = ServerGenerator("http://localhost:8080")                   # llama.cpp server
         gen = ServerGenerator("http://vllm:8000/v1", "Qwen/Qwen2.5-7B-Instruct", engine="vllm")
         gen = ServerGenerator("http://sglang:30000", engine="sglang", timeout=30, deadline=60)
+        ```
 
-    Invoke::
-
+    Invoke:
+        ```python
         answer = gen.generate("What is the capital of France?",
                               ["Paris is the capital of France.", "Berlin is in Germany."])
         answer.text        # 'Paris is the capital of France [1].'
+        ```
 
-    Stream::
-
+    Stream:
+        ```python
         stream = gen.stream(question, sources)
         for chunk in stream:          # a marker arrives whole
             print(chunk, end="")
         stream.answer                 # the CitedAnswer, once the loop ends
+        ```
 
-    Async::
-
+    Async:
+        ```python
         answer = await gen.agenerate(question, sources)
         stream = gen.astream(question, sources)
         async for chunk in stream: ...
+        ```
 
     Test without a server: ``ServerGenerator(url, transport=citeformer.testing.FakeServer())``.
     """

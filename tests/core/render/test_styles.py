@@ -214,7 +214,7 @@ def test_without_citeproc_the_error_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "citeproc", None)  # import citeproc now raises ImportError
-    with pytest.raises(MissingDependencyError, match=r"pip install 'citeformer\[styles\]'"):
+    with pytest.raises(MissingDependencyError, match=r"pip install 'citeproc-py>=0.11'"):
         to_markdown(answer(), style=HARVARD)
     assert to_markdown(answer()).startswith("Bees dance")  # no style, no citeproc needed
 

@@ -45,6 +45,7 @@ from citebench.metrics import measure, rate_text, summarize  # noqa: E402
 
 from citeformer import CiteGenerator, Policy, build_request  # noqa: E402
 from citeformer.evidence import LexicalEvidence  # noqa: E402
+from citeformer.evidence.refusal import Refusal  # noqa: E402
 from citeformer.prompt import default_instructions  # noqa: E402
 from citeformer.readability import OFF, Readability  # noqa: E402
 
@@ -86,6 +87,8 @@ ARMS: dict[str, dict[str, Any]] = {
     "no-punctuation-run": {"readability": replace(DEFAULT, max_punctuation_run=0)},
     "off": {"readability": OFF},
     "no-refusal": {"refusal": None},
+    "refusal-embedding": {"refusal": Refusal(support="embedding")},
+    "meaning": {"evidence": "embedding", "refusal": Refusal(support="embedding")},
     "no-cite-closed": {"readability": replace(DEFAULT, cite_closed=False)},
     "no-claim-words": {"readability": replace(DEFAULT, min_claim_words=0)},
     "no-clause-end": {"readability": replace(DEFAULT, clause_support=None)},
@@ -151,7 +154,10 @@ def main(argv: list[str] | None = None) -> None:
                 table[arm]["unanswerable"] = {"summary": twin_summary, "records": twin_records}
                 line += f"  unanswerable refused {rate_text(twin_summary['abstained'])}"
                 line += f" (n={len(twins)})"
-            print(f"{dataset:12} {arm:16} {line}  numbers-not-in-sources "
+            print(f"{dataset:12} {arm:16} {line}  unsupported "
+                  f"{rate_text(summary['unsupported_sentences'])} "
+                  f"({summary['unsupported_per_answer']} of {summary['sentences_per_answer']} "
+                  f"sentences an answer)  numbers-not-in-sources "
                   f"{summary['unsupported_numbers']}  tok/s "
                   f"{summary['tokens_per_second'].get('median', 0):.1f}", flush=True)
             RESULTS.mkdir(exist_ok=True)

@@ -11,8 +11,10 @@ from typing import Any
 from citebench.data import Item
 from citeformer import scan_markers
 from citeformer.evidence import LexicalEvidence, claim_before_marker
+from citeformer.evidence.scoring import content_words
+from citeformer.evidence.spans import WEAK_SUPPORT, locate_evidence
 from citeformer.grammar import DEFAULT_MAX_SENTENCE_WORDS
-from citeformer.grammar.markers import MARKER_LIKE
+from citeformer.grammar.markers import MARKER_LIKE, strip_markers
 
 # A sentence runs to . ! or ?, plus any markers right after it (``... end. [2]``), followed by white
 # space or the end of the text; a trailing fragment without a terminator is a sentence too.
@@ -206,6 +208,27 @@ def claim_best(item: Item, text: str) -> int:
     return best
 
 
+def unsupported_sentences(item: Item, sentences: Sequence[str]) -> int:
+    """Sentences that no passage supports: what a sentence says beyond the question's own words
+    (markers left out) has only a weak span in every passage (``locate_evidence``).
+
+    Lexical, so a judge apart from the steering's measures. The question's words are left out
+    because an answer restates its question ("The element that forms the bulk of the air we
+    breathe is nitrogen"): what needs support is the rest ("nitrogen"). A sentence with nothing
+    beyond the question's words ("It can do that") says nothing, and counts as unsupported, as
+    does filler whose words no passage holds ("The above answer is correct").
+    """
+    asked = set(content_words(item.question))
+    sources = item.sources()
+    count = 0
+    for sentence in sentences:
+        said = " ".join(w for w in content_words(strip_markers(sentence)) if w not in asked)
+        spans = [locate_evidence(said, source) for source in sources] if said else []
+        best = max((span.score for span in spans if span is not None), default=0.0)
+        count += best < WEAK_SUPPORT
+    return count
+
+
 def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
     """Counts and flags for one answer (its text and finish reason) to one item."""
     n = len(item.passages)
@@ -242,6 +265,7 @@ def measure(item: Item, text: str, finish_reason: str) -> dict[str, Any]:
         "no_marker": scan.total == 0,
         "cites_gold": any(c.source_id in gold for c in scan.citations),
         "claim_best": claim_best(item, text),
+        "unsupported_sentences": unsupported_sentences(item, sentences),
     }
 
 
@@ -283,6 +307,19 @@ def quantiles(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def _unsupported(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sentences no passage supports, over the answers that are not the refusal sentence (records
+    written before the count was kept have none)."""
+    answered = [r for r in rows if not r.get("abstained") and "unsupported_sentences" in r]
+    sentences = sum(r["sentences"] for r in answered)
+    unsupported = sum(r["unsupported_sentences"] for r in answered)
+    return {
+        "unsupported_sentences": rate(unsupported, sentences),
+        "unsupported_per_answer": round(unsupported / len(answered), 3) if answered else None,
+        "sentences_per_answer": round(sentences / len(answered), 3) if answered else None,
+    }
+
+
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Aggregate the records of one system on one prompt set (micro-averaged over markers)."""
     rows = [r for r in records if r.get("error") is None]
@@ -318,6 +355,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "answers_with_unsupported_number": rate(
             sum(r["unsupported_numbers"] > 0 for r in rows), answers
         ),
+        **_unsupported(rows),
         "markers": total["markers"],
         "sentences": total["sentences"],
         "tokens_per_answer": quantiles([r["generated_tokens"] for r in rows]),

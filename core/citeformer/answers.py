@@ -16,7 +16,13 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from citeformer.errors import GrammarViolationError, InputTypeError, InvalidInputError, shown
+from citeformer.errors import (
+    GrammarViolationError,
+    InputTypeError,
+    InvalidInputError,
+    check_float,
+    shown,
+)
 from citeformer.evidence.spans import with_evidence
 from citeformer.grammar.markers import MARKER, scan_markers
 from citeformer.grammar.quotes import find_quotes, trim_open_quote
@@ -281,15 +287,8 @@ class _Fields:
             raise InvalidInputError(f"{self._name(key)} must be >= 0, got {shown(value)}")
         return value
 
-    def number(self, key: str) -> float:
-        value = self._get(key, _MISSING)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputTypeError(f"{self._name(key)} must be a number, got {shown(value)}")
-        if isinstance(value, int) and value.bit_length() > 64 or not math.isfinite(value):
-            raise InvalidInputError(
-                f"{self._name(key)} must be a finite number, got {shown(value)}"
-            )
-        return float(value)
+    def number(self, key: str, low: float, high: float) -> float:
+        return check_float(self._name(key), self._get(key, _MISSING), low, high)
 
     def items(self, key: str, default: object = _MISSING) -> list[_Fields]:
         value = self._get(key, default)
@@ -344,7 +343,8 @@ def _citation(fields: _Fields, sources: tuple[Source, ...]) -> Citation:
         span = _Fields(found, f"{fields.where}.evidence")
         start, end = span.offset("source_start"), span.offset("source_end")
         evidence = EvidenceSpan(
-            start, end, span.typed("text", str), span.number("score"), span.typed("weak", bool)
+            start, end, span.typed("text", str), span.number("score", 0.0, 1.0),
+            span.typed("weak", bool),
         )
         if not start <= end or sources[source_id - 1].text[start:end] != evidence.text:
             raise span.error(f"{start}:{end} of source {source_id} is not its text")
@@ -366,10 +366,13 @@ def _quote(fields: _Fields, text: str, sources: tuple[Source, ...]) -> Quote:
 
 
 def _refusal(fields: _Fields) -> RefusalCheck:
-    offer = None if fields.maybe("offer_below", object) is None else fields.number("offer_below")
+    # The ranges Refusal holds its numbers to; a support is a share, or a cosine under MiniLM.
+    offer = fields.maybe("offer_below", object)
+    if offer is not None and offer != math.inf:  # math.inf: offered to every answer
+        offer = fields.number("offer_below", 0.0, 1.0)
     return RefusalCheck(
-        measure=fields.typed("measure", str), support=fields.number("support"),
-        threshold=fields.number("threshold"), offer_below=offer,
+        measure=fields.typed("measure", str), support=fields.number("support", -1.0, 1.0),
+        threshold=fields.number("threshold", 0.0, 1.0), offer_below=offer,
         band=fields.typed("band", str),  # type: ignore[arg-type]  # RefusalCheck checks it
         reason=fields.typed("reason", str),
     )

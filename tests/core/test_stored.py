@@ -140,3 +140,17 @@ def test_an_unconstrained_answers_made_up_marker_is_no_link() -> None:
 def test_a_generated_constrained_answer_says_so() -> None:
     assert answer_of("It was completed in 1889 [1].").constrained
     assert not answer_of("It was completed in 1889 [1].", constrained=False).constrained
+
+
+def test_a_refusal_offered_to_every_answer_reads_back() -> None:
+    # Refusal(offer_below=math.inf) offers the refusal to every answer not refused outright.
+    from citeformer import Refusal
+
+    offered = answer_of("It was completed in 1889 [1].",
+                        refusal=Refusal(threshold=0.0, offer_below=math.inf))
+    assert offered.refusal is not None and offered.refusal.offer_below == math.inf
+    data = json.loads(json.dumps(offered.to_dict()))
+    assert CitedAnswer.from_dict(data).refusal == offered.refusal
+    data["refusal"]["offer_below"] = 1.5
+    with pytest.raises(InvalidInputError, match=r"refusal.offer_below must be a finite number"):
+        CitedAnswer.from_dict(data)

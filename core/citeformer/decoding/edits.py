@@ -59,10 +59,11 @@ class Wanted:
 class StepEdits:
     """The removals and additions the levers ask for at one step, for every row of a batch.
 
-    ``row`` is the logits row now being steered; set it before calling that row's levers.
-    ``wanted``: per row, what the model wanted (rows whose levers read the model's scores).
-    ``allowed``: per row, how many tokens the masks left, where known; a row whose removals
-    number fewer cannot be emptied by them and is not checked.
+    ``row`` is the logits row now being steered; set it before calling that row's levers (a
+    lever that steers many rows at once names them: ``remove_rows``). ``wanted``: per row, what
+    the model wanted (rows whose levers read the model's scores). ``allowed``: per row, how many
+    tokens the masks left, where known; a row whose removals take fewer of its finite tokens
+    cannot be emptied by them and is not read again.
     """
 
     def __init__(
@@ -71,10 +72,12 @@ class StepEdits:
         self.row = 0
         self._wanted = wanted or {}
         self._allowed = allowed or {}
-        self._removals: list[tuple[int, np.ndarray]] = []
+        # In the order asked: (row, ids) for one row, (rows, ids) for the same ids in many.
+        self._removals: list[tuple[int | np.ndarray, np.ndarray]] = []
         # (the row's how-many-th addition, row, ids, value)
         self._additions: list[tuple[int, int, np.ndarray, np.ndarray | float]] = []
         self._added: dict[int, int] = {}
+        self._forgotten: set[int] = set()
 
     def remove(self, ids: Ids) -> None:
         """Remove ``ids`` from this row (-inf), unless that would leave no token at all."""
@@ -82,19 +85,28 @@ class StepEdits:
         if found.shape[0]:
             self._removals.append((self.row, found))
 
-    def add(self, ids: Ids, value: torch.Tensor | float) -> None:
+    def remove_rows(self, rows: Sequence[int], ids: Ids) -> None:
+        """``remove`` ``ids`` from each of ``rows``: one entry however many rows."""
+        found = _as_ids(ids)
+        if found.shape[0] and rows:
+            self._removals.append((np.asarray(rows, dtype=np.int64), found))
+
+    def add(self, ids: Ids, value: torch.Tensor | np.ndarray | float) -> None:
         """Add ``value`` (one float, or one per id) to the logits of ``ids`` in this row.
 
         ``ids`` must not repeat an id; a removed token stays removed. A value that is not a
-        finite float32 raises ``GrammarViolationError`` (the row's edits are rolled back where
+        finite float32 raises ``GrammarViolationError`` (the row's edits are forgotten where
         the steering is told of errors): an infinite addition would turn a removed token's -inf
         into NaN, which a sampler may pick.
         """
         found = _as_ids(ids)
         if found.shape[0]:
             count = self._added.get(self.row, 0)
-            if isinstance(value, torch.Tensor):
-                amount: np.ndarray | float = value.to(torch.float32).numpy()
+            if isinstance(value, torch.Tensor | np.ndarray):
+                amount: np.ndarray | float = (
+                    value.to(torch.float32).numpy() if isinstance(value, torch.Tensor)
+                    else value.astype(np.float32, copy=False)
+                )
                 finite = bool(np.isfinite(amount).all())
             else:
                 amount = value
@@ -112,22 +124,44 @@ class StepEdits:
         return self._wanted.get(self.row)
 
     def mark(self) -> tuple[int, int]:
-        """A point to ``rollback`` to (the edits so far)."""
+        """A point to ``rollback`` to: the edits asked so far."""
         return len(self._removals), len(self._additions)
 
     def rollback(self, mark: tuple[int, int]) -> None:
-        """Forget the edits made after ``mark`` (a lever of the row ``row`` failed)."""
+        """Forget the edits asked after ``mark``."""
         removals, additions = mark
         del self._removals[removals:]
         del self._additions[additions:]
-        self._added[self.row] = sum(1 for _, row, _, _ in self._additions if row == self.row)
+        self._added = {}
+        for _, row, _, _ in self._additions:
+            self._added[row] = self._added.get(row, 0) + 1
+
+    def forget(self, row: int) -> None:
+        """Make none of ``row``'s edits, those asked so far or later (a lever of it failed)."""
+        self._forgotten.add(row)
 
     def apply(self, logits: torch.Tensor) -> None:
         """Make every edit asked for in ``logits`` (``[rows, vocab]``, in place)."""
+        if self._forgotten:
+            self._drop_forgotten()
         if self._removals:
             self._apply_removals(logits)
         if self._additions:
             self._apply_additions(logits)
+
+    def _drop_forgotten(self) -> None:
+        forgotten = self._forgotten
+        removals: list[tuple[int | np.ndarray, np.ndarray]] = []
+        for rows, ids in self._removals:
+            if isinstance(rows, int):
+                if rows not in forgotten:
+                    removals.append((rows, ids))
+            else:
+                rows = np.array([row for row in rows.tolist() if row not in forgotten], np.int64)
+                if rows.shape[0]:
+                    removals.append((rows, ids))
+        self._removals = removals
+        self._additions = [entry for entry in self._additions if entry[1] not in forgotten]
 
     def _apply_additions(self, logits: torch.Tensor) -> None:
         # One accumulating write, ordered by each row's first additions, then its second, ...: a
@@ -150,39 +184,90 @@ class StepEdits:
         )
 
     def _apply_removals(self, logits: torch.Tensor) -> None:
-        lengths = np.array([ids.shape[0] for _, ids in self._removals])
-        rows = np.array([row for row, _ in self._removals])
-        r, c = _indices(
-            logits, np.repeat(rows, lengths), np.concatenate([ids for _, ids in self._removals])
-        )
-        removed: dict[int, int] = {}
-        for row, count in zip(rows.tolist(), lengths.tolist(), strict=True):
-            removed[row] = removed.get(row, 0) + count
-        doubtful = sorted(
-            row for row, count in removed.items()
-            if row not in self._allowed or count >= self._allowed[row]
-        )
-        if not doubtful:
-            logits[r, c] = _NEG
+        r, c = self._removal_indices()
+        # A row whose removals number fewer than the tokens the masks left keeps one of them.
+        removed = np.bincount(r, minlength=logits.shape[0])
+        allowed = np.full(logits.shape[0], -1)
+        if self._allowed:
+            allowed[list(self._allowed)] = list(self._allowed.values())
+        doubtful = np.flatnonzero((removed > 0) & ((allowed < 0) | (removed >= allowed)))
+        rows, ids = _indices(logits, r, c)
+        if not doubtful.shape[0]:
+            logits[rows, ids] = _NEG
             return
-        kept = logits[r, c]
-        logits[r, c] = _NEG
-        # One read of the doubtful rows alone.
-        best = logits[torch.tensor(doubtful, device=logits.device)].amax(-1).tolist()
-        emptied = {row for row, top in zip(doubtful, best, strict=True) if top == _NEG}
-        if not emptied:
-            return
-        # A row the removals together would empty: undo them, then make them one by one, each
-        # only where it leaves a token (as levers acting in turn would).
-        undo = torch.isin(r, torch.tensor(sorted(emptied), device=r.device))
-        logits[r[undo], c[undo]] = kept[undo]
-        for row, ids in self._removals:
-            if row in emptied:
-                line, where = logits[row], _to(logits, ids)
-                before = line[where].clone()
-                line[where] = _NEG
-                if not torch.isfinite(line).any():
-                    line[where] = before
+        kept = logits[rows, ids]
+        logits[rows, ids] = _NEG
+        emptied = self._emptied(logits, doubtful, allowed, r, c, torch.isfinite(kept).cpu().numpy())
+        if emptied:
+            self._remove_in_turn(logits, emptied, rows, ids, kept)
+
+    def _removal_indices(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (row, id) pairs of every removal, as two index arrays (pairs may repeat)."""
+        one = [(row, ids) for row, ids in self._removals if isinstance(row, int)]
+        rows = [np.repeat(np.array([row for row, _ in one], dtype=np.int64),
+                          [ids.shape[0] for _, ids in one])]
+        ids = [ids for _, ids in one]
+        for many, shared in self._removals:
+            if not isinstance(many, int):
+                rows.append(np.repeat(many, shared.shape[0]))
+                ids.append(np.tile(shared, many.shape[0]))
+        return np.concatenate(rows), np.concatenate(ids).astype(np.int64, copy=False)
+
+    @staticmethod
+    def _emptied(
+        logits: torch.Tensor,
+        doubtful: np.ndarray,
+        allowed: np.ndarray,
+        r: np.ndarray,
+        c: np.ndarray,
+        finite: np.ndarray,
+    ) -> set[int]:
+        """The ``doubtful`` rows the removals (``r``, ``c``, of tokens ``finite`` before) emptied.
+
+        Where the masks' count of allowed tokens is known, a row is emptied when the distinct
+        finite tokens removed from it reach that count (the masks' tokens are finite, as the
+        rows not doubtful are taken to be); elsewhere its best logit is read.
+        """
+        known = doubtful[allowed[doubtful] >= 0]
+        emptied: set[int] = set()
+        if known.shape[0]:
+            picked = finite & _members(known, logits.shape[0])[r]
+            pairs = np.unique(r[picked] * logits.shape[1] + c[picked])
+            taken = np.bincount(pairs // logits.shape[1], minlength=logits.shape[0])
+            emptied.update(known[taken[known] >= allowed[known]].tolist())
+        unknown = doubtful[allowed[doubtful] < 0]
+        if unknown.shape[0]:  # one read of those rows alone
+            best = logits[_to(logits, unknown)].amax(-1).tolist()
+            emptied.update(row for row, top in zip(unknown.tolist(), best, strict=True)
+                           if top == _NEG)
+        return emptied
+
+    def _remove_in_turn(
+        self,
+        logits: torch.Tensor,
+        emptied: set[int],
+        rows: torch.Tensor,
+        ids: torch.Tensor,
+        kept: torch.Tensor,
+    ) -> None:
+        """Undo the removals of the ``emptied`` rows, then make them one by one where they leave
+        a token (as levers acting in turn would).
+
+        Every finite token of such a row is among its removed ones: what is left after each
+        removal is known from those alone.
+        """
+        undo = torch.isin(rows, torch.tensor(sorted(emptied), device=rows.device))
+        logits[rows[undo], ids[undo]] = kept[undo]
+        finite = torch.isfinite(kept[undo]).cpu().numpy()
+        at, which = rows[undo].cpu().numpy(), ids[undo].cpu().numpy()
+        left = {row: set(which[(at == row) & finite].tolist()) for row in emptied}
+        for many, removed in self._removals:
+            for row in ([many] if isinstance(many, int) else many.tolist()):
+                if row in emptied:
+                    rest = left[row].difference(removed.tolist())
+                    if rest:
+                        left[row] = rest
+                        logits[row, _to(logits, removed)] = _NEG
 
 
 class WantedReader:
@@ -299,7 +384,9 @@ class WantedReader:
         }
 
 
-def _shown(value: torch.Tensor | float) -> str:
+def _shown(value: torch.Tensor | np.ndarray | float) -> str:
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(value)
     if isinstance(value, torch.Tensor):
         bad = value[~torch.isfinite(value.to(torch.float32))]
         return f"{bad.numel()} of {value.numel()} values, e.g. {bad.flatten()[0].item()!r}"
@@ -326,8 +413,16 @@ def _as_ids(ids: Ids) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64)
 
 
+def _members(rows: np.ndarray, size: int) -> np.ndarray:
+    """A table of ``size`` booleans, true at ``rows``: ``table[r]`` tells whether r is one."""
+    table = np.zeros(size, dtype=bool)
+    table[rows] = True
+    return table
+
+
 def _to(logits: torch.Tensor, array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(array).to(logits.device, non_blocking=True)
+    tensor = torch.from_numpy(array)
+    return tensor if logits.device.type == "cpu" else tensor.to(logits.device, non_blocking=True)
 
 
 def _indices(logits: torch.Tensor, rows: np.ndarray, ids: np.ndarray) -> tuple[torch.Tensor, ...]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -121,6 +121,20 @@ class Lever:
         """Ask ``edits`` for this step's changes to the row of the answer ``state`` holds."""
         raise NotImplementedError
 
+    batched = False
+    """Whether the class steers many rows in one call (``edit_rows``), never raising for one."""
+
+    @classmethod
+    def edit_rows(
+        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
+        edits: StepEdits,
+    ) -> None:
+        """``edit`` for many rows at once: ``levers[k]`` of the answer ``states[k]`` steers the
+        logits row ``rows[k]``; the same edits, asked in fewer entries."""
+        for lever, state, row in zip(levers, states, rows, strict=True):
+            edits.row = row
+            lever.edit(state, edits)
+
     def apply(
         self, state: AnswerState, logits: torch.Tensor, raw: torch.Tensor | None = None
     ) -> None:
@@ -207,13 +221,27 @@ class CiteAfterWord(Lever):
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._glued = vocab.glued_openers.numpy()
+        self._glued = vocab.glued_opener_ids
         self._all = vocab.any_openers
 
+    batched = True
+
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        edits.remove(self._removed(state))
+
+    def _removed(self, state: AnswerState) -> np.ndarray:
         # The pattern spans at most 3 bytes: the last 4 answer it as the whole answer would.
-        after = _AFTER_PUNCTUATION.search(state.data[-4:])
-        edits.remove(self._all if after else self._glued)
+        return self._all if _AFTER_PUNCTUATION.search(state.data[-4:]) else self._glued
+
+    @classmethod
+    def edit_rows(  # noqa: D102
+        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
+        edits: StepEdits,
+    ) -> None:
+        _remove_shared(edits, (
+            (row, lever._removed(state))  # type: ignore[attr-defined]
+            for lever, state, row in zip(levers, states, rows, strict=True)
+        ))
 
 
 class CiteClosed(Lever):
@@ -227,9 +255,31 @@ class CiteClosed(Lever):
     def __init__(self, vocab: Vocabulary) -> None:
         self._all = vocab.any_openers
 
+    batched = True
+
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         if _is_open(state.claim):
             edits.remove(self._all)
+
+    @classmethod
+    def edit_rows(  # noqa: D102
+        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
+        edits: StepEdits,
+    ) -> None:
+        _remove_shared(edits, (
+            (row, lever._all)  # type: ignore[attr-defined]
+            for lever, state, row in zip(levers, states, rows, strict=True)
+            if _is_open(state.claim)
+        ))
+
+
+def _remove_shared(edits: StepEdits, removals: Iterable[tuple[int, np.ndarray]]) -> None:
+    """Ask ``edits`` for every (row, ids) removal, one entry per ids array the rows share."""
+    rows_of: dict[int, tuple[np.ndarray, list[int]]] = {}
+    for row, ids in removals:
+        rows_of.setdefault(id(ids), (ids, []))[1].append(row)
+    for ids, rows in rows_of.values():
+        edits.remove_rows(rows, ids)
 
 
 def _is_open(claim: str) -> bool:
@@ -333,11 +383,25 @@ class ClaimWords(Lever):
         self._all = vocab.any_openers
         self._minimum = minimum
 
+    batched = True
+
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        if state.data.endswith(b"]"):
-            return
-        if state.claim_words < self._minimum:
+        if self._short(state):
             edits.remove(self._all)
+
+    def _short(self, state: AnswerState) -> bool:
+        return not state.data.endswith(b"]") and state.claim_words < self._minimum
+
+    @classmethod
+    def edit_rows(  # noqa: D102
+        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
+        edits: StepEdits,
+    ) -> None:
+        _remove_shared(edits, (
+            (row, lever._all)  # type: ignore[attr-defined]
+            for lever, state, row in zip(levers, states, rows, strict=True)
+            if lever._short(state)  # type: ignore[attr-defined]
+        ))
 
 
 class PeriodAfterMarker(Lever):
@@ -348,11 +412,24 @@ class PeriodAfterMarker(Lever):
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._loud = vocab.loud_enders.numpy()
+        self._loud = vocab.loud_ender_ids
+
+    batched = True
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         if state.data.endswith(b"]"):
             edits.remove(self._loud)
+
+    @classmethod
+    def edit_rows(  # noqa: D102
+        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
+        edits: StepEdits,
+    ) -> None:
+        _remove_shared(edits, (
+            (row, lever._loud)  # type: ignore[attr-defined]
+            for lever, state, row in zip(levers, states, rows, strict=True)
+            if state.data.endswith(b"]")
+        ))
 
 
 class RepeatBlock(Lever):
@@ -393,15 +470,40 @@ class PunctuationRun(Lever):
         self._limit = limit
         self._inside = self._runs.longer_than(limit)  # too long whatever comes before them
 
+    batched = True
+
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         edits.remove(self._inside)
+        extending = self._extending(state)
+        if extending is not None:
+            edits.remove(extending)
+
+    def _extending(self, state: AnswerState) -> np.ndarray | None:
+        """The tokens that would make the run of punctuation the answer ends in too long."""
         data = state.data
         if not data or data[-1] not in PUNCTUATION:
-            return
+            return None
         last, run = data[-1], 1
         while run < len(data) and data[-1 - run] == last:
             run += 1
-        edits.remove(self._runs.extending(last, run, self._limit))
+        return self._runs.extending(last, run, self._limit)
+
+    @classmethod
+    def edit_rows(  # noqa: D102
+        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
+        edits: StepEdits,
+    ) -> None:
+        # Each row's own removals keep their order: the tokens too long anywhere, then those
+        # that would lengthen its run.
+        _remove_shared(edits, (
+            (row, lever._inside)  # type: ignore[attr-defined]
+            for lever, row in zip(levers, rows, strict=True)
+        ))
+        for lever, state, row in zip(levers, states, rows, strict=True):
+            extending = lever._extending(state)  # type: ignore[attr-defined]
+            if extending is not None:
+                edits.row = row
+                edits.remove(extending)
 
 
 class WordRepeatBlock(Lever):
@@ -703,9 +805,11 @@ class EvidenceBias(Lever):
         self._weight = weight
         self._n = n_sources
         self._vocab = vocab
+        self._id_tokens = vocab.id_token_ids.numpy()
+        self._spelled: dict[str, list[tuple[str, list[int], list[int], list[int]]]] = {}
         self._claim: str | None = None
         self._best_by_prefix: dict[str, float] = {}
-        self._bias_by_prefix: dict[str, torch.Tensor | None] = {}
+        self._bias_by_prefix: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
 
     def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
         opened = state.last_open
@@ -721,7 +825,7 @@ class EvidenceBias(Lever):
                     self._bias_by_prefix[prefix] = self._bias(prefix)
                 bias = self._bias_by_prefix[prefix]
                 if bias is not None:
-                    edits.add(self._vocab.id_token_ids, bias)
+                    edits.add(*bias)
         elif state.data.endswith(b"]") and state.text.count("]", opened) == 1:
             text = state.text
             match = CLOSED_GROUP.search(text, group_start(text, opened))
@@ -739,34 +843,45 @@ class EvidenceBias(Lever):
         self._best_by_prefix = self._prefix_scores(self._support.scores(claim))
         self._bias_by_prefix = {}
 
-    def _bias(self, prefix: str) -> torch.Tensor | None:
-        # Only tokens whose digits continue ``prefix`` toward an id of a source can score: the
-        # groups of the digit strings that do, each spelled ``prefix + digits``.
+    def _bias(self, prefix: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The id tokens that score after ``prefix`` and what each gains, or ``None`` for none.
+
+        Only tokens whose digits continue ``prefix`` toward an id of a source can score: the
+        groups of the digit strings that do, each spelled ``prefix + digits`` (found once per
+        prefix). A token that gains nothing is left out: adding 0 leaves its logit as it is.
+        """
         best = self._best_by_prefix
-        groups = self._vocab.id_groups
-        values = torch.zeros(len(self._vocab.id_digits))
-        scored = False
-        for digits in _continuations(prefix, self._n):
-            if digits not in groups:
-                continue
-            spelled = prefix + digits
-            ends, ends_and_opens, open_ended = groups[digits]
+        positions: list[int] = []
+        scores: list[float] = []
+        for spelled, ends, ends_and_opens, open_ended in self._spellings(prefix):
             exact = best.get("=" + spelled) if spelled else None
             stacked = None if exact is None else min(exact, best.get(">" + spelled, 0.0))
             # A token ending the id scores that exact id, if it is one; ``][`` also commits to
             # citing a second, higher id: worth no more than the best of those, so a weaker
             # source is not stacked after a strong one.
-            for positions, score in (
+            for group, score in (
                 (ends, exact),
                 (ends_and_opens, stacked),
                 (open_ended, best.get(spelled)),
             ):
-                if positions and score:
-                    values[positions] = score
-                    scored = True
-        if not scored:
+                if group and score:
+                    positions.extend(group)
+                    scores.extend([score] * len(group))
+        if not positions:
             return None
-        return values * self._weight
+        gains = torch.tensor(scores, dtype=torch.float32) * self._weight  # each token in 1 group
+        return self._id_tokens[positions], gains.numpy()
+
+    def _spellings(self, prefix: str) -> list[tuple[str, list[int], list[int], list[int]]]:
+        """Per digit string that continues ``prefix`` toward an id: the id so far, its groups."""
+        found = self._spelled.get(prefix)
+        if found is None:
+            groups = self._vocab.id_groups
+            found = self._spelled[prefix] = [
+                (prefix + digits, *groups[digits])
+                for digits in sorted(_continuations(prefix, self._n)) if digits in groups
+            ]
+        return found
 
     def _prefix_scores(self, scores: Sequence[float]) -> dict[str, float]:
         # "12" -> best score of the ids spelled 12...; "=12" -> the score of id 12 itself;

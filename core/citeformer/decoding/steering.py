@@ -71,17 +71,23 @@ class RowSteering:
         self.word_bound = word_bound
         self.guard = guard
         self.levers = tuple(levers)
+        self.kinds = tuple(type(lever) for lever in self.levers)
+        """The levers' classes: rows alike in them are steered lever by lever, together."""
         self._reading = tuple(lever for lever in self.levers if lever.needs_raw)
         self.needs_raw = bool(self._reading)
         """Whether a lever reads the model's scores from before the masks."""
+        # The levers that may ever read the chainers' share (they say when, step by step).
+        self._sharing = tuple(
+            lever for lever in self._reading if type(lever).shares is not Lever.shares
+        )
 
     def shares(self) -> bool:
         """Whether a lever may read the chainers' share of the probability at this step."""
-        return any(lever.shares(self.state) for lever in self._reading)
+        return any(lever.shares(self.state) for lever in self._sharing)
 
     def may_share(self) -> bool:
         """``shares``'s cheap part: ``False`` where it is sure to be ``False``."""
-        return any(lever.may_share(self.state) for lever in self._reading)
+        return any(lever.may_share(self.state) for lever in self._sharing)
 
     def advance(self, token_id: int) -> None:
         """Move past one generated token, or raise if the grammar or a quote forbids it."""
@@ -131,6 +137,53 @@ def advance_all(
             if on_error is None:
                 raise
             on_error(k, error)
+
+
+_BATCHED_FROM = 4
+"""The fewest rows a ``batched`` lever class steers in one call; fewer cost less row by row."""
+
+
+def _edit_all(
+    edits: StepEdits,
+    rows: Sequence[tuple[int, RowSteering]],
+    on_error: Callable[[int, Exception], None] | None,
+) -> None:
+    """Every row's levers ask ``edits`` for their changes, lever by lever across the rows.
+
+    Rows alike in their levers' classes (``RowSteering.kinds``) take each lever together: a
+    ``batched`` class in one call for all of them, any other row by row. Each row's levers still
+    act in its own order. A row whose lever raises is told to ``on_error`` (without it the
+    error propagates), its edits are forgotten and its later levers not asked.
+    """
+    alike: dict[tuple[type[Lever], ...], list[tuple[int, RowSteering]]] = {}
+    for i, row in rows:
+        alike.setdefault(row.kinds, []).append((i, row))
+    failed: set[int] = set()
+
+    def fail(i: int, error: Exception) -> None:
+        if on_error is None:
+            raise error
+        edits.forget(i)
+        failed.add(i)
+        on_error(i, error)
+
+    for kinds, members in alike.items():
+        for position, kind in enumerate(kinds):
+            live = [(i, row) for i, row in members if i not in failed] if failed else members
+            if kind.batched and len(live) >= _BATCHED_FROM:
+                mark = edits.mark()
+                try:
+                    kind.edit_rows([row.levers[position] for _, row in live],
+                                   [row.state for _, row in live], [i for i, _ in live], edits)
+                    continue
+                except Exception:  # noqa: BLE001  (row by row, to tell which row failed)
+                    edits.rollback(mark)
+            for i, row in live:
+                edits.row = i
+                try:
+                    row.levers[position].edit(row.state, edits)
+                except Exception as error:
+                    fail(i, error)
 
 
 def _refused(token_id: int) -> GrammarViolationError:
@@ -213,7 +266,7 @@ class Steering:
             steered = dict(rows)
             raw = reader.before(
                 logits, reading, shares=lambda i: steered[i].shares(),
-                may_share=lambda i: steered[i].may_share(),
+                may_share=lambda i: bool(steered[i]._sharing) and steered[i].may_share(),
             )
         grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
         allowed: dict[int, int] = {}
@@ -243,18 +296,7 @@ class Steering:
         if reader is not None and raw is not None:
             wanted = reader.after(raw, logits, reading)
         edits = StepEdits(wanted, allowed)
-        for i, row in rows:
-            if i in failed:
-                continue
-            edits.row = i
-            mark = edits.mark()
-            try:
-                row.edit(edits)
-            except Exception as error:
-                if on_error is None:
-                    raise
-                edits.rollback(mark)
-                on_error(i, error)
+        _edit_all(edits, [(i, row) for i, row in rows if i not in failed], on_error)
         edits.apply(logits)
 
     def _reader(self, vocab: Vocabulary, device: torch.device) -> WantedReader:
@@ -329,11 +371,9 @@ def _select_rows(logits: torch.Tensor, packed: np.ndarray, indices: list[int], w
     bits = np.unpackbits(packed.view(np.uint8), axis=-1, bitorder="little")[:, :width]
     if indices == list(range(logits.shape[0])):
         _select(logits[:, :width], bits)
-    else:
-        rows = torch.tensor(indices)
-        picked = logits[rows, :width]
-        _select(picked, bits)
-        logits[rows, :width] = picked
+    else:  # each row in place: an indexed read and write back cost three times more
+        for k, i in enumerate(indices):
+            _select(logits[i, :width], bits[k])
 
 
 _NEG = float("-inf")
@@ -353,7 +393,11 @@ def keep_only(
     mask that allows few tokens, written as two small indexed writes and one fill.
     """
     saved = logits[r, c]
-    logits[rows, :width] = _NEG
+    if logits.device.type == "cpu" and isinstance(rows, torch.Tensor):
+        for row in rows.tolist():  # a fill per row: an indexed fill costs three times more
+            logits[row, :width].fill_(_NEG)
+    else:
+        logits[rows, :width] = _NEG
     logits[r, c] = saved
 
 _BITS = {

@@ -93,6 +93,16 @@ class Vocabulary:
         return torch.cat([self.glued_openers, self.openers]).numpy()
 
     @cached_property
+    def glued_opener_ids(self) -> np.ndarray:
+        """``glued_openers`` as one array every answer of the vocabulary shares."""
+        return self.glued_openers.numpy()
+
+    @cached_property
+    def loud_ender_ids(self) -> np.ndarray:
+        """``loud_enders`` as one array every answer of the vocabulary shares."""
+        return self.loud_enders.numpy()
+
+    @cached_property
     def id_groups(self) -> dict[str, tuple[list[int], list[int], list[int]]]:
         """The id tokens by their leading digits, as positions in ``id_token_ids``.
 
@@ -208,10 +218,17 @@ class PunctuationRuns:
         """The punctuation byte each token begins with, or -1."""
         self.lead_length = np.array(lead_length, dtype=np.int32)
         """How many times the token repeats it at its start."""
+        self._longer: dict[int, np.ndarray] = {}
 
     def longer_than(self, limit: int) -> np.ndarray:
-        """The ids of the tokens that hold a run longer than ``limit`` themselves."""
-        return np.flatnonzero(self.longest > limit)
+        """The ids of the tokens that hold a run longer than ``limit`` themselves.
+
+        One array per limit, shared by every answer that asks: their removals are one entry.
+        """
+        found = self._longer.get(limit)
+        if found is None:
+            found = self._longer[limit] = np.flatnonzero(self.longest > limit)
+        return found
 
     def extending(self, byte: int, run: int, limit: int) -> np.ndarray:
         """The ids of the tokens that would make a run of ``run`` ``byte``s too long."""

@@ -13,6 +13,7 @@ from citeformer.decoding.edits import StepEdits, WantedReader
 from citeformer.decoding.levers import (
     AnswerState,
     CiteAfterWord,
+    CiteClosed,
     ClaimWords,
     ClauseEnd,
     EndBias,
@@ -20,18 +21,19 @@ from citeformer.decoding.levers import (
     Lever,
     NumberCopy,
     PeriodAfterMarker,
+    PunctuationRun,
     RepeatBlock,
     WordRepeatBlock,
     WrapUp,
 )
-from citeformer.decoding.steering import _apply_bitmask
+from citeformer.decoding.steering import RowSteering, _apply_bitmask, _edit_all
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.evidence import LexicalEvidence
 from citeformer.types import Source
 
 VOCAB = [
     b"<eos>", b"Paris", b" is", b" [", b"[", b"1", b"]", b".", b".\n", b",", b" in", b"8",
-    b"9", b" 18", b"7", b"!", b" the", b" ", b" capital", b" France",
+    b"9", b" 18", b"7", b"!", b" the", b" ", b" capital", b" France", b" (",
 ]
 TOKENS = Vocabulary(VOCAB)
 TOKEN = {raw.decode(): index for index, raw in enumerate(VOCAB)}
@@ -61,6 +63,11 @@ def levers() -> list[Lever]:
         WrapUp(TOKENS, 4, 2, 0.5),
         EndBias([0], 1.5),
     ]
+
+
+def every_lever() -> list[Lever]:
+    """``levers`` and those that steer many rows in one call."""
+    return [*levers(), CiteClosed(TOKENS), PunctuationRun(TOKENS, 2)]
 
 
 def state_of(answer: tuple[str, ...]) -> AnswerState:
@@ -108,6 +115,35 @@ def test_a_batch_of_edits_equals_each_lever_on_its_own_row() -> None:
         assert out[row].tolist() == expected, (row, answer)
 
 
+def test_levers_steering_many_rows_at_once_ask_what_each_row_asks_alone() -> None:
+    # Enough rows for the batched classes to steer them in one call, some with few tokens left
+    # (their removals may empty them), half with the masks' count known.
+    answers = [*ANSWERS, ("Paris", " (", "1"), ("Paris", " is", ".", ".", "."), *ANSWERS]
+    raw, _ = masked_scores(len(answers))
+    masked = raw.clone()
+    for row in range(0, len(answers), 3):
+        masked[row, 5:] = NEG
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
+    rows = list(range(len(answers)))
+    allowed = {row: int(torch.isfinite(masked[row]).sum()) for row in rows if row % 2}
+    edits = StepEdits(reader.after(reader.before(raw, rows), masked, rows), allowed)
+    steered = []
+    for answer in answers:
+        row = RowSteering(TOKENS, levers=every_lever())
+        row.state = state_of(answer)
+        steered.append(row)
+    assert any(lever.batched for lever in steered[0].levers)
+    _edit_all(edits, list(enumerate(steered)), on_error=None)
+    out = masked.clone()
+    edits.apply(out)
+    for row, answer in enumerate(answers):
+        alone = masked[row : row + 1].clone()
+        state = state_of(answer)
+        for lever in every_lever():
+            lever.apply(state, alone, raw[row : row + 1])
+        assert out[row].tolist() == alone[0].tolist(), (row, answer)
+
+
 def test_removals_keep_a_token_as_levers_acting_in_turn_would() -> None:
     scores = torch.full((2, len(VOCAB)), NEG)
     scores[:, [1, 2, 3]] = 1.0
@@ -143,13 +179,13 @@ def test_a_failed_rows_edits_are_forgotten() -> None:
     edits.row = 0
     edits.add([0], 1.0)
     edits.row = 1
-    mark = edits.mark()
     edits.add([1], 1.0)
     edits.remove([2])
-    edits.rollback(mark)
-    edits.add([3], 2.0)
+    edits.remove_rows([0, 1], [3])
+    edits.forget(1)
+    edits.add([3], 2.0)  # forgotten too: the row failed
     edits.apply(scores)
-    assert scores.tolist() == [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 2.0]]
+    assert scores.tolist() == [[1.0, 0.0, 0.0, NEG], [0.0, 0.0, 0.0, 0.0]]
 
 
 def test_what_the_model_wanted_is_the_ratio_of_ending_to_allowed_openers() -> None:
@@ -212,12 +248,12 @@ def test_ids_may_be_a_list_a_tensor_or_an_array() -> None:
 
 def test_the_reader_gives_the_chainers_share_of_all_probability_and_over_the_openers() -> None:
     raw = torch.zeros(1, len(VOCAB))
-    raw[0, TOKEN[","]] = math.log(6.0)  # e^0 for each other token: 19 of them
+    raw[0, TOKEN[","]] = math.log(6.0)  # e^0 for each other token
     masked = raw.clone()
     masked[0, TOKEN["["]] = NEG  # one of the two openers masked
     reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
     wanted = reader.after(reader.before(raw, [0]), masked, [0])[0]
-    assert wanted.chain_share == pytest.approx(6 / 25)
+    assert wanted.chain_share == pytest.approx(6 / (6 + len(VOCAB) - 1))
     assert wanted.chain_over_open == pytest.approx(6.0)
     plain = WantedReader(TOKENS.enders, TOKENS.openers, raw.device)
     assert plain.after(plain.before(raw, [0]), masked, [0])[0].chain_share == 0.0
@@ -225,17 +261,17 @@ def test_the_reader_gives_the_chainers_share_of_all_probability_and_over_the_ope
 
 def test_a_row_whose_chainers_cannot_reach_half_is_settled_without_its_normalizer() -> None:
     raw = torch.zeros(3, len(VOCAB))
-    raw[0, TOKEN[","]] = math.log(6.0)  # the top score: its share is read exactly, 6 / 25
+    raw[0, TOKEN[","]] = math.log(6.0)  # the top score: its share is read exactly
     raw[1, TOKEN[" the"]] = 10.0        # "," is 10 below the top: under a half for sure
     raw[2, TOKEN[","]] = 10.0           # nearly all the probability
     reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
     for rows in ([0, 1, 2], [2, 1]):  # every row in order, or a gather of some
         wanted = reader.after(reader.before(raw, rows), raw.clone(), rows)
         if 0 in wanted:
-            assert wanted[0].chain_share == pytest.approx(6 / 25)
+            assert wanted[0].chain_share == pytest.approx(6 / (6 + len(VOCAB) - 1))
         assert wanted[1].chain_share == 0.0
         assert wanted[1].chain_over_open == pytest.approx(0.5)  # its ratio is still read
-        assert wanted[2].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + 19))
+        assert wanted[2].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + len(VOCAB) - 1))
 
 
 def test_a_row_whose_levers_will_not_read_the_share_is_not_asked_its_normalizer() -> None:
@@ -251,6 +287,6 @@ def test_a_row_whose_levers_will_not_read_the_share_is_not_asked_its_normalizer(
     reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
     wanted = reader.after(reader.before(raw, [0, 1, 2], shares=shares), raw.clone(), [0, 1, 2])
     assert asked == [0, 2]  # row 1 settled by its max, without asking
-    assert wanted[0].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + 19))
+    assert wanted[0].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + len(VOCAB) - 1))
     assert wanted[1].chain_share == wanted[2].chain_share == 0.0
     assert wanted[2].chain_over_open == wanted[0].chain_over_open  # its ratio is still read

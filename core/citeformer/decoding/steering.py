@@ -71,9 +71,18 @@ class RowSteering:
         self.word_bound = word_bound
         self.guard = guard
         self.levers = tuple(levers)
-        self.kinds = tuple(type(lever) for lever in self.levers)
+
+    @property
+    def levers(self) -> tuple[Lever, ...]:
+        """The row's levers, in the order they act."""
+        return self._levers
+
+    @levers.setter
+    def levers(self, levers: Sequence[Lever]) -> None:
+        self._levers = tuple(levers)
+        self.kinds = tuple(type(lever) for lever in self._levers)
         """The levers' classes: rows alike in them are steered lever by lever, together."""
-        self._reading = tuple(lever for lever in self.levers if lever.needs_raw)
+        self._reading = tuple(lever for lever in self._levers if lever.needs_raw)
         self.needs_raw = bool(self._reading)
         """Whether a lever reads the model's scores from before the masks."""
         # The levers that may ever read the chainers' share (they say when, step by step).

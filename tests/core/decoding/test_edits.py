@@ -290,3 +290,38 @@ def test_a_row_whose_levers_will_not_read_the_share_is_not_asked_its_normalizer(
     assert wanted[0].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + len(VOCAB) - 1))
     assert wanted[1].chain_share == wanted[2].chain_share == 0.0
     assert wanted[2].chain_over_open == wanted[0].chain_over_open  # its ratio is still read
+
+
+class _Raises(Lever):
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:
+        if len(state.tokens) >= 4:
+            raise RuntimeError("a lever failed on purpose")
+
+
+def test_a_row_whose_lever_fails_loses_its_edits_and_the_others_keep_theirs() -> None:
+    # Enough rows for the batched classes; levers given after the row was made count too.
+    answers = [("Paris", " is"), ("Paris", " is", " 18"), ("Paris", " ["), *ANSWERS]
+    raw, masked = masked_scores(len(answers))
+    rows = list(range(len(answers)))
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
+    steered = []
+    for answer in answers:
+        row = RowSteering(TOKENS)
+        row.levers = [*every_lever(), _Raises()]
+        row.state = state_of(answer)
+        steered.append(row)
+    edits = StepEdits(reader.after(reader.before(raw, rows), masked, rows))
+    failed: list[int] = []
+    _edit_all(edits, list(enumerate(steered)),
+              on_error=lambda row, error: failed.append(row))
+    out = masked.clone()
+    edits.apply(out)
+    assert failed == [row for row, answer in enumerate(answers) if len(answer) >= 4]
+    assert 0 < len(failed) < len(answers)
+    for row, answer in enumerate(answers):
+        alone = masked[row : row + 1].clone()
+        if row not in failed:
+            state = state_of(answer)
+            for lever in every_lever():
+                lever.apply(state, alone, raw[row : row + 1])
+        assert out[row].tolist() == alone[0].tolist(), (row, answer)

@@ -27,6 +27,12 @@ citeformer's own matcher fills (``local_grammar``: ``char+``, bounded by ``WordB
 bitmask), fed the stored greedy answers of the technical held-out questions
 (``results/same_answers.json``) token by token.
 
+``shapes``: what the shape of the sentence's words rule costs xgrammar's fill, one row, one
+thread, on SmolLM2's vocabulary and ``--family``'s: a sentence of words written as today's
+grammar writes it (``word (" " word)*``, the word a run of the word characters) against one run
+over characters that may each follow a space (``(char | " " char)+``, the same strings), and
+bounded to 24 words, fed a 20-word prose sentence token by token.
+
 ``memory``: peak RSS of a child process answering a batch of 32 technical questions with the
 embedded model (REQUIRED, 100 new tokens), beside the same process before the batch.
 
@@ -56,7 +62,7 @@ from citeformer import CiteGenerator, build_request  # noqa: E402
 from citeformer.decoding.engine import TransformersEngine, prompt_token_ids  # noqa: E402
 
 OUT = HERE / "results" / "steering_speed.json"
-SECTIONS = ("steps", "lengths", "family", "end_to_end", "memory", "grammar")
+SECTIONS = ("steps", "lengths", "family", "end_to_end", "memory", "grammar", "shapes")
 WINDOWS = {"16": (0, 16), "128": (112, 128), "512": (496, 512)}
 """Steps of an answer whose steering time stands for an answer of that many tokens."""
 ANSWERS = HERE / "results" / "same_answers.json"
@@ -228,6 +234,50 @@ def grammar_section() -> dict[str, Any]:
     return found
 
 
+SHAPES = {
+    "word (\" \" word)*": 'root ::= word (" " word)* "."\nword ::= {char}+',
+    "word (\" \" word){0,23}": 'root ::= word (" " word){{0,23}} "."\nword ::= {char}+',
+    "(char | \" \" char)+": 'root ::= ({char} | " " {char})+ "."',
+}
+"""The words rule's shapes ``shapes`` compares (``{char}``: the grammar's word character)."""
+SENTENCE = ("The finally clause runs whether or not the try statement produced an exception, and "
+            "it always runs last before leaving")
+
+
+def shapes_section(family: str) -> dict[str, Any]:
+    import xgrammar as xgr
+
+    sys.path.insert(0, str(HERE.parent))
+    from tests.vocab import family_tokenizer
+
+    char = "[^ \\t\\n\\r\\[\\].!?]"
+    tokenizers = {"smollm2": CiteGenerator.default(progress=False).tokenizer,
+                  family: family_tokenizer(family)}
+    found: dict[str, Any] = {}
+    for name, tokenizer in tokenizers.items():
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer)
+        compiler = xgr.GrammarCompiler(info, max_threads=1)
+        bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
+        ids = tokenizer.encode(SENTENCE, add_special_tokens=False)
+        line: dict[str, Any] = {}
+        for shape, grammar in SHAPES.items():
+            matcher = xgr.GrammarMatcher(compiler.compile_grammar(grammar.format(char=char)))
+            seconds = []
+            for _ in range(5):
+                matcher.reset()
+                for token in ids:
+                    started = time.perf_counter()
+                    matcher.fill_next_token_bitmask(bitmask)
+                    seconds.append(time.perf_counter() - started)
+                    if not matcher.accept_token(token):
+                        raise AssertionError(f"{shape} refused the sentence's token {token}")
+            line[shape] = _us(seconds)
+            print(f"{name} ({info.vocab_size} tokens), {shape}: "
+                  f"{line[shape]['median']:.0f} µs/row (p99 {line[shape]['p99']:.0f})", flush=True)
+        found[name] = line
+    return found
+
+
 def _us(seconds: list[float]) -> dict[str, Any]:
     found = quantiles([s * 1e6 for s in seconds])
     return {key: found[key] for key in ("n", "median", "p99") if key in found}
@@ -320,6 +370,8 @@ def main(argv: list[str] | None = None) -> None:
             found = lengths_section()
         elif section == "family":
             found = family_section(args.family, args.tokens)
+        elif section == "shapes":
+            found = shapes_section(args.family)
         else:
             found = memory_section(args.tokens, args.threads)
         entry[section] = {"threads": args.threads, **found}

@@ -250,8 +250,9 @@ class StepEdits:
         ids: torch.Tensor,
         kept: torch.Tensor,
     ) -> None:
-        """Undo the removals of the ``emptied`` rows, then make them one by one where they leave
-        a token (as levers acting in turn would).
+        """Make the ``emptied`` rows' removals again one by one, each where it leaves a token.
+
+        As levers acting in turn would: the removals are undone, then made in the order asked.
 
         Every finite token of such a row is among its removed ones: what is left after each
         removal is known from those alone.

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -54,6 +54,7 @@ __all__ = [
     "NumberCopy",
     "PeriodAfterMarker",
     "PunctuationRun",
+    "Removing",
     "RepeatBlock",
     "WordRepeatBlock",
     "WrapUp",
@@ -129,8 +130,10 @@ class Lever:
         cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
         edits: StepEdits,
     ) -> None:
-        """``edit`` for many rows at once: ``levers[k]`` of the answer ``states[k]`` steers the
-        logits row ``rows[k]``; the same edits, asked in fewer entries."""
+        """``edit`` for many rows at once: the same edits, asked in fewer entries.
+
+        ``levers[k]``, of the answer ``states[k]``, steers the logits row ``rows[k]``.
+        """
         for lever, state, row in zip(levers, states, rows, strict=True):
             edits.row = row
             lever.edit(state, edits)
@@ -149,6 +152,40 @@ class Lever:
 
     def _wanted(self, raw: torch.Tensor, logits: torch.Tensor) -> dict[int, Wanted] | None:
         return None
+
+
+class Removing(Lever):
+    """A lever that only removes tokens, from arrays its vocabulary shares.
+
+    It steers every row of a batch in one call (``batched``), one removal entry per array the
+    rows share.
+    """
+
+    batched = True
+
+    def removals(self, state: AnswerState) -> tuple[np.ndarray, ...]:
+        """The ids to remove from the row of the answer ``state`` holds, in the order removed."""
+        raise NotImplementedError
+
+    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
+        for ids in self.removals(state):
+            edits.remove(ids)
+
+    @classmethod
+    def edit_rows(  # noqa: D102
+        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
+        edits: StepEdits,
+    ) -> None:
+        # Each row's k-th removal in round k, so each row's removals keep their order.
+        rounds: list[dict[int, tuple[np.ndarray, list[int]]]] = []
+        for lever, state, row in zip(levers, states, rows, strict=True):
+            for k, ids in enumerate(lever.removals(state)):  # type: ignore[attr-defined]
+                if k == len(rounds):
+                    rounds.append({})
+                rounds[k].setdefault(id(ids), (ids, []))[1].append(row)
+        for shared in rounds:
+            for ids, together in shared.values():
+                edits.remove_rows(together, ids)
 
 
 class EndIntent(Lever):
@@ -214,37 +251,22 @@ class EndIntent(Lever):
         return min(1.0, (best - self._threshold) / (1 - self._threshold) * 2)
 
 
-class CiteAfterWord(Lever):
+class CiteAfterWord(Removing):
     """Keeps a marker from opening right after ``,`` ``;`` ``:`` or ``(``.
 
     Only while another token remains, so the sentence is cited where a word ends.
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._glued = vocab.glued_opener_ids
-        self._all = vocab.any_openers
+        self._glued = (vocab.glued_opener_ids,)
+        self._all = (vocab.any_openers,)
 
-    batched = True
-
-    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        edits.remove(self._removed(state))
-
-    def _removed(self, state: AnswerState) -> np.ndarray:
+    def removals(self, state: AnswerState) -> tuple[np.ndarray, ...]:  # noqa: D102
         # The pattern spans at most 3 bytes: the last 4 answer it as the whole answer would.
         return self._all if _AFTER_PUNCTUATION.search(state.data[-4:]) else self._glued
 
-    @classmethod
-    def edit_rows(  # noqa: D102
-        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
-        edits: StepEdits,
-    ) -> None:
-        _remove_shared(edits, (
-            (row, lever._removed(state))  # type: ignore[attr-defined]
-            for lever, state, row in zip(levers, states, rows, strict=True)
-        ))
 
-
-class CiteClosed(Lever):
+class CiteClosed(Removing):
     """Keeps a marker from opening inside a span the claim opened and has not closed.
 
     The spans are parentheses, double quotes and backticks (``("j" | [1].``, ``... (or any
@@ -253,33 +275,10 @@ class CiteClosed(Lever):
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._all = vocab.any_openers
+        self._all = (vocab.any_openers,)
 
-    batched = True
-
-    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        if _is_open(state.claim):
-            edits.remove(self._all)
-
-    @classmethod
-    def edit_rows(  # noqa: D102
-        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
-        edits: StepEdits,
-    ) -> None:
-        _remove_shared(edits, (
-            (row, lever._all)  # type: ignore[attr-defined]
-            for lever, state, row in zip(levers, states, rows, strict=True)
-            if _is_open(state.claim)
-        ))
-
-
-def _remove_shared(edits: StepEdits, removals: Iterable[tuple[int, np.ndarray]]) -> None:
-    """Ask ``edits`` for every (row, ids) removal, one entry per ids array the rows share."""
-    rows_of: dict[int, tuple[np.ndarray, list[int]]] = {}
-    for row, ids in removals:
-        rows_of.setdefault(id(ids), (ids, []))[1].append(row)
-    for ids, rows in rows_of.values():
-        edits.remove_rows(rows, ids)
+    def removals(self, state: AnswerState) -> tuple[np.ndarray, ...]:  # noqa: D102
+        return self._all if _is_open(state.claim) else ()
 
 
 def _is_open(claim: str) -> bool:
@@ -370,7 +369,7 @@ class ClauseEnd(Lever):
         return reader.after(reader.before(raw, [0]), logits, [0])
 
 
-class ClaimWords(Lever):
+class ClaimWords(Removing):
     """Keeps a marker from opening before its claim holds ``minimum`` words.
 
     A sentence that is only a marker's carrier (``The Queue [3].``, ``The comparison [2][3].``)
@@ -380,31 +379,16 @@ class ClaimWords(Lever):
     """
 
     def __init__(self, vocab: Vocabulary, minimum: int) -> None:
-        self._all = vocab.any_openers
+        self._all = (vocab.any_openers,)
         self._minimum = minimum
 
-    batched = True
-
-    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        if self._short(state):
-            edits.remove(self._all)
-
-    def _short(self, state: AnswerState) -> bool:
-        return not state.data.endswith(b"]") and state.claim_words < self._minimum
-
-    @classmethod
-    def edit_rows(  # noqa: D102
-        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
-        edits: StepEdits,
-    ) -> None:
-        _remove_shared(edits, (
-            (row, lever._all)  # type: ignore[attr-defined]
-            for lever, state, row in zip(levers, states, rows, strict=True)
-            if lever._short(state)  # type: ignore[attr-defined]
-        ))
+    def removals(self, state: AnswerState) -> tuple[np.ndarray, ...]:  # noqa: D102
+        if state.data.endswith(b"]") or state.claim_words >= self._minimum:
+            return ()
+        return self._all
 
 
-class PeriodAfterMarker(Lever):
+class PeriodAfterMarker(Removing):
     """After a cite-group, a sentence ends with ``.``: ``!`` and ``?`` are removed there.
 
     A small model used them as an escape to go on writing (``... [2]! This is not a typo, but
@@ -412,24 +396,10 @@ class PeriodAfterMarker(Lever):
     """
 
     def __init__(self, vocab: Vocabulary) -> None:
-        self._loud = vocab.loud_ender_ids
+        self._loud = (vocab.loud_ender_ids,)
 
-    batched = True
-
-    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        if state.data.endswith(b"]"):
-            edits.remove(self._loud)
-
-    @classmethod
-    def edit_rows(  # noqa: D102
-        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
-        edits: StepEdits,
-    ) -> None:
-        _remove_shared(edits, (
-            (row, lever._loud)  # type: ignore[attr-defined]
-            for lever, state, row in zip(levers, states, rows, strict=True)
-            if state.data.endswith(b"]")
-        ))
+    def removals(self, state: AnswerState) -> tuple[np.ndarray, ...]:  # noqa: D102
+        return self._loud if state.data.endswith(b"]") else ()
 
 
 class RepeatBlock(Lever):
@@ -458,7 +428,7 @@ class RepeatBlock(Lever):
             edits.remove(sorted(blocked))
 
 
-class PunctuationRun(Lever):
+class PunctuationRun(Removing):
     """Removes tokens that would repeat one punctuation character more than ``limit`` times.
 
     Such runs (``****``, ``====``) are the markup underlines a small model copies from a source;
@@ -468,42 +438,16 @@ class PunctuationRun(Lever):
     def __init__(self, vocab: Vocabulary, limit: int) -> None:
         self._runs = vocab.punctuation_runs
         self._limit = limit
-        self._inside = self._runs.longer_than(limit)  # too long whatever comes before them
+        self._inside = (self._runs.longer_than(limit),)  # too long whatever comes before them
 
-    batched = True
-
-    def edit(self, state: AnswerState, edits: StepEdits) -> None:  # noqa: D102
-        edits.remove(self._inside)
-        extending = self._extending(state)
-        if extending is not None:
-            edits.remove(extending)
-
-    def _extending(self, state: AnswerState) -> np.ndarray | None:
-        """The tokens that would make the run of punctuation the answer ends in too long."""
+    def removals(self, state: AnswerState) -> tuple[np.ndarray, ...]:  # noqa: D102
         data = state.data
         if not data or data[-1] not in PUNCTUATION:
-            return None
+            return self._inside
         last, run = data[-1], 1
         while run < len(data) and data[-1 - run] == last:
             run += 1
-        return self._runs.extending(last, run, self._limit)
-
-    @classmethod
-    def edit_rows(  # noqa: D102
-        cls, levers: Sequence[Lever], states: Sequence[AnswerState], rows: Sequence[int],
-        edits: StepEdits,
-    ) -> None:
-        # Each row's own removals keep their order: the tokens too long anywhere, then those
-        # that would lengthen its run.
-        _remove_shared(edits, (
-            (row, lever._inside)  # type: ignore[attr-defined]
-            for lever, row in zip(levers, rows, strict=True)
-        ))
-        for lever, state, row in zip(levers, states, rows, strict=True):
-            extending = lever._extending(state)  # type: ignore[attr-defined]
-            if extending is not None:
-                edits.row = row
-                edits.remove(extending)
+        return (*self._inside, self._runs.extending(last, run, self._limit))
 
 
 class WordRepeatBlock(Lever):

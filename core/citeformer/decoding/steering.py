@@ -10,12 +10,13 @@ At each step, for the rows given, as batch work on the logits' device: what the 
 scores put on ending and citing is read for the rows whose levers need it (``Lever.needs_raw``),
 before any mask; the rows' grammar matchers fill one bitmask in one call (xgrammar's thread pool),
 each row's ``WordBound`` clears its over-long words in it, and it is applied once; each row's
-quote guard removes what would break a quote; then every row's levers say what they change,
-reading only their row's ``AnswerState`` (whose work per token does not grow with the answer),
-and ``StepEdits`` makes the changes of all rows in a few indexed writes. No step copies the
-logits to the host. The rows' tokens are accepted by their matchers in one call
-(``advance_all``). A row whose engine already masks the grammar (a server's structured outputs)
-has no matcher here.
+quote guard removes what would break a quote; then the levers say what they change, lever by
+lever across the rows (a ``Lever.batched`` class for all its rows in one call, one removal
+entry per id array they share), each reading only its row's ``AnswerState`` (whose work per
+token does not grow with the answer), and ``StepEdits`` makes the changes of all rows in a few
+indexed writes. No step copies the logits to the host. The rows' tokens are accepted by their
+matchers in one call (``advance_all``). A row whose engine already masks the grammar (a server's
+structured outputs) has no matcher here.
 """
 
 from __future__ import annotations

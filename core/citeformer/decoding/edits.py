@@ -197,7 +197,7 @@ class StepEdits:
             return
         kept = logits[rows, ids]
         logits[rows, ids] = _NEG
-        emptied = self._emptied(logits, doubtful, allowed, r, c, torch.isfinite(kept).cpu().numpy())
+        emptied = self._emptied(logits, doubtful, allowed, r, c, kept)
         if emptied:
             self._remove_in_turn(logits, emptied, rows, ids, kept)
 
@@ -220,9 +220,9 @@ class StepEdits:
         allowed: np.ndarray,
         r: np.ndarray,
         c: np.ndarray,
-        finite: np.ndarray,
+        kept: torch.Tensor,
     ) -> set[int]:
-        """The ``doubtful`` rows the removals (``r``, ``c``, of tokens ``finite`` before) emptied.
+        """The ``doubtful`` rows the removals (``r``, ``c``, of the logits ``kept``) emptied.
 
         Where the masks' count of allowed tokens is known, a row is emptied when the distinct
         finite tokens removed from it reach that count (the masks' tokens are finite, as the
@@ -231,6 +231,7 @@ class StepEdits:
         known = doubtful[allowed[doubtful] >= 0]
         emptied: set[int] = set()
         if known.shape[0]:
+            finite = torch.isfinite(kept).cpu().numpy()
             picked = finite & _members(known, logits.shape[0])[r]
             pairs = np.unique(r[picked] * logits.shape[1] + c[picked])
             taken = np.bincount(pairs // logits.shape[1], minlength=logits.shape[0])

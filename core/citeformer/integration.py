@@ -3,6 +3,8 @@
 Each wrapper translates its framework's types to the core's and back. What is left is the same in
 both, and is written here once:
 
+- asking a generator from a coroutine, never blocking the event loop (``as_async``,
+  ``as_async_loaded``; ``citeformer.generation.aio``);
 - settings: the options a wrapper is built with (``setting_names``), checked once into a request
   template (``settings_template``), and each call's request made from it (``call_request``);
 - generators: the one a wrapper runs, given or built from the user's own model
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from citeformer.errors import EmptySourceError, InputTypeError, InvalidInputError
+from citeformer.generation.aio import AsyncAnswering, AsyncChunks, as_async, as_async_loaded
 from citeformer.grammar.rules import GrammarOptions
 from citeformer.request import (
     DEFAULT_POLICY,
@@ -43,7 +46,11 @@ __all__ = [
     "CALL_ONLY",
     "GRAMMAR_SETTING",
     "OPENAI_HOSTS",
+    "AsyncAnswering",
+    "AsyncChunks",
     "EmptySources",
+    "as_async",
+    "as_async_loaded",
     "call_request",
     "check_empty_sources",
     "check_generator",

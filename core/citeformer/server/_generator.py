@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from citeformer.answers import WholeAnswer
@@ -367,13 +369,13 @@ class ServerGenerator:
         """Async ``answer``."""
         if (refused := request.refused()) is not None:
             return refused
-        steered = request.constrained and await self.asteers()
-        call = self._call(request, stream=False, steered=steered)
+        call = await self._acall(request, stream=False)
         deadline = self._start()
         async with self._transport.aclient() as client:
             response = await self._transport.apost(client, call.path, call.body, deadline)
             body = await self._transport.aread(response, deadline, body_limit(call))
-        return completed(call, body)
+        # Checking it compiles the grammar sent (the first time): off the event loop.
+        return await asyncio.to_thread(completed, call, body)
 
     def answer_stream(self, request: GenerationRequest) -> ServerAnswerStream | WholeAnswer:
         """A stream of the answer to a checked request (what ``stream`` returns).
@@ -388,14 +390,27 @@ class ServerGenerator:
     def aanswer_stream(
         self, request: GenerationRequest
     ) -> AsyncServerAnswerStream | WholeAnswer:
-        """Async ``answer_stream`` (the first steered call asks the server, as ``steers``)."""
+        """Async ``answer_stream``.
+
+        The first steered call asks the server whether it steers (``asteers``) on the stream's
+        first chunk, never blocking the event loop; once that is known, a bad option raises
+        here.
+        """
         if (refused := request.refused()) is not None:
             return WholeAnswer(refused)
+        if request.constrained and self._steers is None:
+            return AsyncServerAnswerStream(
+                self._transport, partial(self._acall, request, stream=True), self.deadline
+            )
         call = self._call(request, stream=True, steered=self._steered(request))
         return AsyncServerAnswerStream(self._transport, call, self.deadline)
 
     def _steered(self, request: GenerationRequest) -> bool:
         return request.constrained and self._steers is not False and self.steers()
+
+    async def _acall(self, request: GenerationRequest, *, stream: bool) -> ServerCall:
+        steered = request.constrained and await self.asteers()
+        return self._call(request, stream=stream, steered=steered)
 
     def _call(self, request: GenerationRequest, *, stream: bool, steered: bool) -> ServerCall:
         if not steered and request.evidence_or(None) is not None:

@@ -24,6 +24,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.integration import (
     AsyncAnswering,
     as_async,
@@ -37,7 +38,6 @@ from citeformer.integration import (
     unknown_names_message,
     unsupported_llm,
 )
-from citeformer.request import AnswerGenerator
 from citeformer_langchain.tracing import TracedModel
 
 __all__ = ["ACCEPTED_MODELS", "GeneratorStep", "generator_from"]

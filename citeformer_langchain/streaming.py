@@ -14,8 +14,9 @@ from typing import Protocol
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun
 from langchain_core.documents import Document
 
+from citeformer.generation.protocols import AnswerChunks
 from citeformer.integration import AsyncAnswering, AsyncChunks
-from citeformer.request import AnswerChunks, GenerationRequest
+from citeformer.request import GenerationRequest
 from citeformer_langchain.answer import CitationAnswerChunk
 from citeformer_langchain.tracing import AsyncModelRun, TracedModel
 

@@ -9,8 +9,9 @@ from typing import Any
 from llama_index.core.schema import NodeWithScore
 
 from citeformer.errors import InvalidInputError, PromptTooLongError
+from citeformer.generation.protocols import AnswerChunks, AnswerGenerator
 from citeformer.integration import AsyncAnswering, as_async, as_async_loaded, or_default
-from citeformer.request import AnswerChunks, AnswerGenerator, GenerationRequest
+from citeformer.request import GenerationRequest
 from citeformer.types import CitedAnswer
 from citeformer_llamaindex.events import ModelCall
 from citeformer_llamaindex.nodes import too_long

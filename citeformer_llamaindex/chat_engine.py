@@ -36,12 +36,9 @@ from citeformer.conversation import (
     standalone_question,
 )
 from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.integration import as_async_loaded
-from citeformer.request import (
-    AnswerGenerator,
-    GenerationRequest,
-    check_question,
-)
+from citeformer.request import GenerationRequest, check_question
 from citeformer_llamaindex.events import ModelCall
 from citeformer_llamaindex.history import to_messages, to_turns
 from citeformer_llamaindex.synthesizer import CitationSynthesizer

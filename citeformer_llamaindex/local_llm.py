@@ -23,13 +23,9 @@ from llama_index.core.llms.custom import CustomLLM
 
 from citeformer.conversation import free_text_request
 from citeformer.errors import InputTypeError
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.integration import AsyncChunks, as_async_loaded, or_default
-from citeformer.request import (
-    AnswerGenerator,
-    GenerationRequest,
-    option_names,
-    request_template,
-)
+from citeformer.request import GenerationRequest, option_names, request_template
 from citeformer_llamaindex.llm import model_name
 
 __all__ = ["DEFAULT_LOCAL_TOKENS", "LocalLLM"]

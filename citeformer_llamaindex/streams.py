@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 
 from llama_index.core.base.response.schema import AsyncStreamingResponse
 
-from citeformer.request import AnswerChunks, AsyncAnswerChunks
+from citeformer.generation.protocols import AnswerChunks, AsyncAnswerChunks
 from citeformer.types import CitedAnswer
 
 __all__ = ["ClosingAsyncStreamingResponse", "OnEnd", "async_chunks", "no_async_chunks",

@@ -15,13 +15,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from citeformer.generation.aio import as_async
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.grammar.markers import strip_markers
 from citeformer.prompt import render_prompt
-from citeformer.request import (
-    AnswerGenerator,
-    GenerationRequest,
-    build_request,
-)
+from citeformer.request import GenerationRequest, build_request
 
 __all__ = [
     "CONDENSE_INSTRUCTIONS",

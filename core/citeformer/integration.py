@@ -24,18 +24,18 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from citeformer.errors import EmptySourceError, InputTypeError, InvalidInputError
 from citeformer.generation.aio import AsyncAnswering, AsyncChunks, as_async, as_async_loaded
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.grammar.rules import GrammarOptions
 from citeformer.request import (
     DEFAULT_POLICY,
-    AnswerGenerator,
     GenerationRequest,
     SourceLike,
+    request_option_names,
     request_template,
 )
 
@@ -85,13 +85,12 @@ with each input, and a whole prompt would have to number that call's sources."""
 def setting_names() -> tuple[str, ...]:
     """The generation settings of a wrapper, in order.
 
-    ``policy``, then ``GenerationRequest``'s options but ``CALL_ONLY``, its ``grammar`` spelled
-    ``GRAMMAR_SETTING``.
+    ``policy``, then ``GenerationRequest``'s options (``request_option_names``) but
+    ``CALL_ONLY``, its ``grammar`` spelled ``GRAMMAR_SETTING``.
     """
-    names = [spec.name for spec in fields(GenerationRequest)]
-    options = names[names.index("policy") + 1:]
     return ("policy", *(
-        GRAMMAR_SETTING if name == "grammar" else name for name in options if name not in CALL_ONLY
+        GRAMMAR_SETTING if name == "grammar" else name
+        for name in request_option_names() if name not in CALL_ONLY
     ))
 
 

@@ -99,14 +99,9 @@ from citeformer.decoding.steering import (
     steering_for,
 )
 from citeformer.errors import InvalidInputError, MissingDependencyError, PromptTooLongError
+from citeformer.generation.protocols import AnswerChunks
 from citeformer.grammar.rules import marker_grammar
-from citeformer.request import (
-    DEFAULT_POLICY,
-    AnswerChunks,
-    GenerationRequest,
-    SourceLike,
-    build_request,
-)
+from citeformer.request import DEFAULT_POLICY, GenerationRequest, SourceLike, build_request
 from citeformer.types import CitedAnswer, FinishReason, Policy
 
 try:

@@ -1,9 +1,11 @@
-"""How callers ask a generator: from a coroutine without blocking the event loop.
+"""What a generator is to its callers: what it takes, and how a coroutine asks it.
 
 The modules:
 
 ```text
-aio   as_async: a generator's coroutines where it has them, its sync calls in a worker thread
+protocols   AnswerGenerator, AsyncAnswerGenerator and their streams: what callers need
+inputs      the checks of a question, its sources and earlier turns
+aio         as_async: a generator's coroutines where it has them, its sync calls in a thread
 ```
 """
 

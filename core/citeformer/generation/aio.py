@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from citeformer.errors import InputTypeError
-from citeformer.request import (
+from citeformer.generation.protocols import (
     AnswerChunks,
     AnswerGenerator,
     AsyncAnswerChunks,

@@ -183,9 +183,7 @@ def test_explicit_evidence_is_the_callers() -> None:
 def test_the_option_lists_are_the_request_fields() -> None:
     from dataclasses import fields
 
-    from citeformer.request import GenerationOptions, option_names
-
-    from citeformer.request import OPTION, request_option_names
+    from citeformer.request import OPTION, GenerationOptions, option_names, request_option_names
 
     # The options are the fields marked so, never found by their place among the fields.
     marked = [spec.name for spec in fields(GenerationRequest) if spec.metadata == OPTION]

@@ -170,6 +170,17 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_every_package_is_installed() -> None:
+    # A package missing from pyproject's list is left out of the wheel: imports of it fail in
+    # an installed citeformer (a vLLM server's) and nowhere in this checkout.
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    found = {name for name, path in modules() if path.name == "__init__.py"}
+    assert found - listed == set()
+
+
 def test_the_core_is_packaged_by_stage() -> None:
     core = PACKAGES["citeformer"]
     top = sorted(path.name for path in core.glob("*.py"))

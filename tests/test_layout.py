@@ -22,7 +22,12 @@ PACKAGES = {
 }
 MAX_TOP_MODULES = 14
 STAGES = ("grammar", "decoding", "evidence", "render")
-MAX_ADAPTER_CLASS_LINES = 280
+MAX_CLASS_LINES = 280
+OVERSIZED_CLASSES = {
+    "citeformer.vllm:SteeringProcessor": "it runs the levers the server-grade steering work "
+    "rewrites; split with them",
+}
+"""Classes still above ``MAX_CLASS_LINES``, each with the reason (kept above it, as modules)."""
 MAX_CORE_MODULE_LINES = 550
 OVERSIZED_MODULES = {
     "citeformer.decoding.levers": "the server-grade steering work rewrites the levers (issue 44 "
@@ -218,13 +223,16 @@ def test_every_public_module_declares_its_names(name: str, path: Path) -> None:
     assert not missing, f"{name}.__all__ names what it does not define: {missing}"
 
 
-def test_no_adapter_class_is_a_monolith() -> None:
-    for package in ("citeformer_langchain", "citeformer_llamaindex"):
-        for path in sorted(PACKAGES[package].glob("*.py")):
-            for node in ast.parse(path.read_text(encoding="utf-8")).body:
-                if isinstance(node, ast.ClassDef):
-                    lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                    assert lines <= MAX_ADAPTER_CLASS_LINES, f"{path.name}:{node.name} {lines}"
+def test_no_class_is_a_monolith() -> None:
+    # In the core and in the adapters: a class that needs more has pieces to give away.
+    sizes = {}
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                sizes[f"{name}:{node.name}"] = (node.end_lineno or node.lineno) - node.lineno + 1
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_CLASS_LINES}
+    assert set(over) - set(OVERSIZED_CLASSES) == set(), over
+    assert set(OVERSIZED_CLASSES) <= set(over), sorted(set(OVERSIZED_CLASSES) - set(over))
 
 
 def test_no_core_module_is_a_monolith() -> None:

@@ -1,8 +1,12 @@
-"""A server whose steering handshake takes seconds, and how late the event loop's ticks run.
+"""A server whose steering handshake takes seconds, how late the event loop's ticks run, and a
+reader cancelled mid-stream.
 
 The bound the event-loop tests hold to: while a coroutine waits on a slow server, another task
 on the same loop ticks on time. ``HANDSHAKE_S`` is forty times ``MAX_TICK_DELAY_S``, so a
-blocked loop cannot pass and a busy machine's scheduling noise does not fail a loop that runs.
+blocked loop cannot pass. A machine shared with other work may leave this process unscheduled
+for a moment, which shows as a late tick too: ``least_tick_delay`` measures up to ``ATTEMPTS``
+runs and keeps the best, which a loop that runs meets at once and a blocked loop never does (it
+misses by the whole handshake every time).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -23,6 +27,7 @@ HANDSHAKE_S = 2.0
 MAX_TICK_DELAY_S = 0.05
 """How late a tick may run while the handshake is awaited."""
 TICK_S = 0.005
+ATTEMPTS = 3
 
 QUESTION = "What is the capital of France?"
 SOURCES = ["Paris is the capital of France.", "Berlin is in Germany."]
@@ -82,3 +87,41 @@ def tick_delays(work: Callable[[], Awaitable[object]]) -> tuple[float, float, ob
         return latest, took, result
 
     return asyncio.run(run())
+
+
+def least_tick_delay(
+    attempt: Callable[[], Callable[[], Awaitable[object]]],
+    check: Callable[[float, object], None],
+) -> float:
+    """The least of ``tick_delays`` over up to ``ATTEMPTS`` runs, stopping at one in bound.
+
+    ``attempt()`` sets up one run (a fresh server and generator) and returns its work;
+    ``check(took, result)`` asserts what each run must give whatever its ticks.
+    """
+    least = float("inf")
+    for _ in range(ATTEMPTS):
+        latest, took, result = tick_delays(attempt())
+        check(took, result)
+        least = min(least, latest)
+        if least < MAX_TICK_DELAY_S:
+            break
+    return least
+
+
+async def cancel_while_reading(chunks: AsyncIterator[object]) -> None:
+    """Read ``chunks`` in a task and cancel it once the first has come, while the next is on
+    its way; the task ends cancelled."""
+    first = asyncio.Event()
+
+    async def read() -> None:
+        async for _ in chunks:
+            first.set()
+
+    task = asyncio.create_task(read())
+    await first.wait()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        return
+    raise AssertionError("the reading task was not cancelled")

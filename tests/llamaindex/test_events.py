@@ -40,6 +40,7 @@ from citeformer.request import build_request
 from citeformer.testing import FakeGenerator
 from citeformer_llamaindex import CitationChatEngine, CitationQueryEngine, core_answer
 from citeformer_llamaindex.events import ModelCall, chat_messages, usage
+from tests.event_loop import cancel_while_reading
 from tests.llamaindex.common import TEXTS, cite_last, fake, nodes, synth
 
 LLM_EVENTS = (
@@ -246,17 +247,7 @@ def leave_a_stream_early(how: str, synthesizer: Any, check: Callable[[], None]) 
             await anext(reader)
             await reader.aclose()
         else:
-            first = asyncio.Event()
-
-            async def read() -> None:
-                async for _ in reader:
-                    first.set()
-
-            task = asyncio.create_task(read())
-            await first.wait()
-            task.cancel()  # while the next chunk is on its way
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await cancel_while_reading(reader)  # while the next chunk is on its way
         check()
 
     asyncio.run(run())

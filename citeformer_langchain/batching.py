@@ -13,7 +13,8 @@ from langchain_core.runnables.config import get_config_list, run_in_executor
 from typing_extensions import override
 
 from citeformer.errors import InvalidInputError
-from citeformer.request import AnswerGenerator, GenerationRequest
+from citeformer.generation.protocols import AnswerGenerator
+from citeformer.request import GenerationRequest
 from citeformer_langchain.answer import CitationAnswer
 from citeformer_langchain.tracing import AsyncModelRun, ModelRun, TracedModel
 

@@ -26,7 +26,6 @@ from langchain_core.runnables import (
     RunnableLambda,
     RunnablePassthrough,
 )
-from langchain_core.runnables.config import run_in_executor
 from pydantic import Field
 from typing_extensions import override
 
@@ -37,7 +36,7 @@ from citeformer.conversation import (
     standalone_question,
 )
 from citeformer.errors import InputTypeError, InvalidInputError, shown
-from citeformer.request import AsyncAnswerGenerator, check_question
+from citeformer.request import check_question
 from citeformer_langchain.answer import CitationAnswer
 from citeformer_langchain.inputs import QUESTION_KEYS, read_history
 from citeformer_langchain.models import GeneratorStep
@@ -112,20 +111,15 @@ class StandaloneQuestion(GeneratorStep[dict[str, Any], str]):
         question, history = _read(input)
         if not history:
             return question
-        generator = self.resolved_generator
-        if generator is None:
-            # Loading the default model blocks for seconds: off the event loop.
-            generator = await run_in_executor(None, self._generator)
+        answering = await self._answering()
         request = free_text_request(
-            generator, condense_messages(history, question), max_new_tokens=self.max_new_tokens
+            answering.generator, condense_messages(history, question),
+            max_new_tokens=self.max_new_tokens,
         )
         async with await AsyncModelRun.start(
-            run_manager, self._traced(generator), request
+            run_manager, self._traced(answering.generator), request
         ) as run:
-            if isinstance(generator, AsyncAnswerGenerator):
-                answer = await generator.aanswer(request)
-            else:
-                answer = await run_in_executor(None, generator.answer, request)
+            answer = await answering.answer(request)
             await run.ended(answer)
         return standalone_question(answer.text, question)
 

@@ -20,12 +20,15 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from langchain_core.runnables import RunnableSerializable
-from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from citeformer.errors import InputTypeError, InvalidInputError
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.integration import (
+    AsyncAnswering,
+    as_async,
+    as_async_loaded,
     check_generator,
     or_default,
     packages_of,
@@ -35,7 +38,6 @@ from citeformer.integration import (
     unknown_names_message,
     unsupported_llm,
 )
-from citeformer.request import AnswerGenerator, AsyncAnswerGenerator
 from citeformer_langchain.tracing import TracedModel
 
 __all__ = ["ACCEPTED_MODELS", "GeneratorStep", "generator_from"]
@@ -206,7 +208,7 @@ class GeneratorStep(RunnableSerializable[Input, Output], Generic[Input, Output])
 
     def _served(self) -> bool:
         # An async generator (ServerGenerator) is awaited, and answers many requests at once.
-        return isinstance(self._built, AsyncAnswerGenerator)
+        return self._built is not None and as_async(self._built).native
 
     def _traced(self, generator: AnswerGenerator) -> TracedModel:
         """How a call of ``generator`` is reported to LangChain's callbacks: as ``llm`` when
@@ -215,6 +217,11 @@ class GeneratorStep(RunnableSerializable[Input, Output], Generic[Input, Output])
 
     async def _agenerator(self) -> AnswerGenerator:
         """The generator; loading the default model (seconds) runs off the event loop."""
+        return (await self._answering()).generator
+
+    async def _answering(self) -> AsyncAnswering:
+        """The generator, asked from coroutines (``citeformer.integration.as_async``); loading
+        the default model (seconds) runs off the event loop."""
         if self._built is not None:
-            return self._built
-        return await run_in_executor(None, self._generator)
+            return as_async(self._built)
+        return await as_async_loaded(self._generator)

@@ -9,14 +9,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
 from langchain_core.runnables import Runnable, RunnableConfig
-from langchain_core.runnables.config import run_in_executor
 from typing_extensions import override
 
 from citeformer.conversation import DEFAULT_CONDENSE_TOKENS
-from citeformer.request import (
-    DEFAULT_BATCH_SIZE,
-    AsyncAnswerGenerator,
-)
+from citeformer.request import DEFAULT_BATCH_SIZE
 from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk
 from citeformer_langchain.batching import (
     InOrderAsCompleted,
@@ -259,15 +255,11 @@ class CitationRunnable(InOrderAsCompleted[dict[str, Any], CitationAnswer], Citat
         self, input: Any, options: dict[str, Any], run_manager: AsyncCallbackManagerForChainRun
     ) -> CitationAnswer:
         request, documents = self._request(input, options)
-        generator = await self._agenerator()
+        answering = await self._answering()
         async with await AsyncModelRun.start(
-            run_manager, self._traced(generator), request
+            run_manager, self._traced(answering.generator), request
         ) as run:
-            if isinstance(generator, AsyncAnswerGenerator):
-                cited = await generator.aanswer(request)
-            else:
-                # In-process generation blocks for seconds: keep it off the event loop.
-                cited = await run_in_executor(None, generator.answer, request)
+            cited = await answering.answer(request)
             answer = CitationAnswer.from_cited_answer(cited, documents)
             await run.ended(answer)
         return answer
@@ -317,9 +309,9 @@ class CitationRunnable(InOrderAsCompleted[dict[str, Any], CitationAnswer], Citat
     ) -> ChunkSource:
         input_ = await anext(inputs)  # astream() passes exactly one input
         request, documents = self._request(input_, options)
-        generator = await self._agenerator()
+        answering = await self._answering()
         return await traced_chunks(
-            generator, self._traced(generator), request, documents, run_manager
+            answering, self._traced(answering.generator), request, documents, run_manager
         )
 
 

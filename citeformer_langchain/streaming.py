@@ -1,42 +1,33 @@
 """The chunks of one streamed answer: text as it is generated, then the citations.
 
 ``answer_chunks`` turns a core stream into ``CitationAnswerChunk``s. ``astream`` iterates a
-``LazyChunks``, which on its first chunk opens either an ``AwaitedChunks`` (an async generator's
-stream, awaited) or a ``ThreadedChunks`` (an in-process stream, each chunk from a worker thread).
+``LazyChunks``, which on its first chunk opens the core's async stream
+(``citeformer.integration.as_async``: a server's awaited, an in-process model's read in a worker
+thread) as an ``AnswerChunkSource``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import Protocol, cast
+from typing import Protocol
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun
 from langchain_core.documents import Document
-from langchain_core.runnables.config import run_in_executor
 
-from citeformer.request import (
-    AnswerChunks,
-    AnswerGenerator,
-    AsyncAnswerChunks,
-    AsyncAnswerGenerator,
-    GenerationRequest,
-)
+from citeformer.generation.protocols import AnswerChunks
+from citeformer.integration import AsyncAnswering, AsyncChunks
+from citeformer.request import GenerationRequest
 from citeformer_langchain.answer import CitationAnswerChunk
 from citeformer_langchain.tracing import AsyncModelRun, TracedModel
 
 __all__ = [
-    "AwaitedChunks",
+    "AnswerChunkSource",
     "ChunkSource",
     "LazyChunks",
-    "ThreadedChunks",
     "TracedChunks",
     "answer_chunks",
     "traced_chunks",
 ]
-
-_DONE = object()
 
 
 def answer_chunks(
@@ -61,32 +52,21 @@ def answer_chunks(
 
 
 async def traced_chunks(
-    generator: AnswerGenerator,
+    answering: AsyncAnswering,
     model: TracedModel,
     request: GenerationRequest,
     documents: Sequence[Document],
     run_manager: AsyncCallbackManagerForChainRun,
 ) -> ChunkSource:
-    """The chunks of ``generator``'s answer to ``request``, its model run started and each
-    chunk reported to it: an async generator's stream awaited, an in-process one threaded."""
+    """The chunks of ``answering``'s answer to ``request``, its model run started and each
+    chunk reported to it."""
     run = await AsyncModelRun.start(run_manager, model, request)
-    source: ChunkSource
-    if isinstance(generator, AsyncAnswerGenerator):
-        try:
-            source = AwaitedChunks(generator.aanswer_stream(request), documents)
-        except BaseException as error:
-            await run.failed(error)
-            raise
-    else:
-        # Starting an in-process stream blocks: it starts on the first chunk, in the thread.
-        source = ThreadedChunks(_started(generator, request, documents))
-    return TracedChunks(source, run)
-
-
-def _started(
-    generator: AnswerGenerator, request: GenerationRequest, documents: Sequence[Document]
-) -> Generator[CitationAnswerChunk, None, None]:
-    yield from answer_chunks(generator.answer_stream(request), documents)
+    try:
+        stream = await answering.stream(request)
+    except BaseException as error:
+        await run.failed(error)
+        raise
+    return TracedChunks(AnswerChunkSource(stream, documents), run)
 
 
 class ChunkSource(Protocol):
@@ -139,22 +119,21 @@ class LazyChunks:
             await self._source.aclose()
 
 
-class AwaitedChunks:
-    """Chunks of an async generator's stream (``aanswer_stream``), then the last chunk."""
+class AnswerChunkSource:
+    """The pieces of a core stream as ``CitationAnswerChunk``s, then the last chunk."""
 
-    def __init__(self, stream: AsyncAnswerChunks, documents: Sequence[Document]) -> None:
+    def __init__(self, stream: AsyncChunks, documents: Sequence[Document]) -> None:
         self._stream = stream
-        self._pieces = aiter(stream)
         self._documents = documents
         self._shown = ""
         self._ended = False
 
     async def next(self) -> CitationAnswerChunk:
-        """The next chunk, awaited on the event loop."""
+        """The next chunk."""
         if self._ended:
             raise StopAsyncIteration
         try:
-            piece = await anext(self._pieces)
+            piece = await anext(self._stream)
         except StopAsyncIteration:
             self._ended = True
             return CitationAnswerChunk.last(self._stream.answer, self._documents, shown=self._shown)
@@ -162,50 +141,8 @@ class AwaitedChunks:
         return CitationAnswerChunk(content=piece)
 
     async def aclose(self) -> None:
-        """Close the stream: leaving early closes the connection, so the server stops."""
-        aclose = getattr(self._pieces, "aclose", None)
-        if aclose is not None and not self._ended:
-            await aclose()
-
-
-class ThreadedChunks:
-    """Chunks of an in-process generation, each awaited from a worker thread."""
-
-    def __init__(self, chunks: Generator[CitationAnswerChunk, None, None]) -> None:
-        self._chunks = chunks
-        # Steps run in executor threads, one at a time; the lock lets aclose() wait for a step
-        # still running when the consumer stops early, instead of failing on a running generator.
-        self._lock = threading.Lock()
-
-    async def next(self) -> CitationAnswerChunk:
-        """The next chunk, generated in a worker thread."""
-        chunk = await run_in_executor(None, self._step)
-        if chunk is _DONE:
-            raise StopAsyncIteration
-        return cast(CitationAnswerChunk, chunk)
-
-    async def aclose(self) -> None:
-        """Stop the model, waiting for its current token."""
-        # With no step running (the caller left between chunks) that is done here, without
-        # yielding to the event loop: a close that asyncio runs while shutting down may get no
-        # further turn of the loop.
-        if self._lock.acquire(blocking=False):
-            try:
-                self._chunks.close()
-            finally:
-                self._lock.release()
-            return
-        # A step is running (the caller was cancelled while waiting): close once it is done,
-        # shielded so that a cancelled caller still stops the model.
-        await asyncio.shield(run_in_executor(None, self._close))
-
-    def _step(self) -> object:
-        with self._lock:
-            return next(self._chunks, _DONE)
-
-    def _close(self) -> None:
-        with self._lock:
-            self._chunks.close()
+        """Stop the generation: a model stops, a server's connection is closed."""
+        await self._stream.aclose()
 
 
 class TracedChunks:

@@ -36,8 +36,9 @@ from langchain_core.outputs import (
     LLMResult,
 )
 
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.prompt import render_prompt
-from citeformer.request import AnswerGenerator, GenerationRequest
+from citeformer.request import GenerationRequest
 from citeformer.types import CitedAnswer
 from citeformer_langchain.answer import CitationAnswer, CitationAnswerChunk
 

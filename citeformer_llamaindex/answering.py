@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from typing import Any
@@ -10,17 +9,13 @@ from typing import Any
 from llama_index.core.schema import NodeWithScore
 
 from citeformer.errors import InvalidInputError, PromptTooLongError
-from citeformer.integration import or_default
-from citeformer.request import (
-    AnswerChunks,
-    AnswerGenerator,
-    AsyncAnswerGenerator,
-    GenerationRequest,
-)
+from citeformer.generation.protocols import AnswerChunks, AnswerGenerator
+from citeformer.integration import AsyncAnswering, as_async, as_async_loaded, or_default
+from citeformer.request import GenerationRequest
 from citeformer.types import CitedAnswer
 from citeformer_llamaindex.events import ModelCall
 from citeformer_llamaindex.nodes import too_long
-from citeformer_llamaindex.streams import OnEnd, async_chunks, native_async_chunks
+from citeformer_llamaindex.streams import OnEnd, async_chunks
 
 __all__ = ["Answering"]
 
@@ -69,13 +64,9 @@ class Answering:
         self, request: GenerationRequest, nodes: Sequence[NodeWithScore] = ()
     ) -> CitedAnswer:
         """Async ``answer``."""
-        generator = self._generator
-        if not isinstance(generator, AsyncAnswerGenerator):
-            # In-process generation (and loading the default model) blocks for seconds: off the
-            # event loop.
-            return await asyncio.to_thread(self.answer, request, nodes)
+        answering = await self.answering()
         with self._call(request) as call, _explained(request, nodes):
-            return call.ended(await generator.aanswer(request))
+            return call.ended(await answering.answer(request))
 
     async def astream(
         self,
@@ -85,15 +76,17 @@ class Answering:
         on_end: OnEnd,
     ) -> AsyncGenerator[str, None]:
         """Async ``stream``: the chunks to ``async for``, then ``on_end(answer)``."""
-        generator = self._generator
-        if not isinstance(generator, AsyncAnswerGenerator):
-            # Preparing an in-process stream tokenizes the prompt and may compile a grammar:
-            # off the loop too.
-            stream = await asyncio.to_thread(self.stream, request, nodes)
-            return async_chunks(stream, on_end=on_end)
+        answering = await self.answering()
         with self._call(request) as call, _explained(request, nodes):
-            chunks = call.achunks(generator.aanswer_stream(request))
-        return native_async_chunks(chunks, on_end=on_end)
+            chunks = call.achunks(await answering.stream(request))
+        return async_chunks(chunks, on_end=on_end)
+
+    async def answering(self) -> AsyncAnswering:
+        """The generator, asked from coroutines (``citeformer.integration.as_async``): a server
+        awaited, a model in this process (and loading the default one) in a worker thread."""
+        if self._generator is not None:
+            return as_async(self._generator)
+        return await as_async_loaded(lambda: self.generator)
 
     def token_counter(self) -> Callable[[str], list[Any]]:
         """Counts a text's tokens with the generator's tokenizer, for ``citation_chunk_size``."""

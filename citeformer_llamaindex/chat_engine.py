@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,12 +36,9 @@ from citeformer.conversation import (
     standalone_question,
 )
 from citeformer.errors import InputTypeError, InvalidInputError
-from citeformer.request import (
-    AnswerGenerator,
-    AsyncAnswerGenerator,
-    GenerationRequest,
-    check_question,
-)
+from citeformer.generation.protocols import AnswerGenerator
+from citeformer.integration import as_async_loaded
+from citeformer.request import GenerationRequest, check_question
 from citeformer_llamaindex.events import ModelCall
 from citeformer_llamaindex.history import to_messages, to_turns
 from citeformer_llamaindex.synthesizer import CitationSynthesizer
@@ -339,14 +335,10 @@ class CitationChatEngine(BaseChatEngine):
         if self._skip_condense or not history:
             return message
         # Reading the generator may load the default model, which blocks for seconds.
-        generator = await asyncio.to_thread(getattr, self._synthesizer, "generator")
-        request = _rewrite(generator, history, message, self._condense_tokens)
+        answering = await as_async_loaded(lambda: self._synthesizer.generator)
+        request = _rewrite(answering.generator, history, message, self._condense_tokens)
         with _reported(request, self._synthesizer) as call:
-            if isinstance(generator, AsyncAnswerGenerator):
-                answer = await generator.aanswer(request)
-            else:
-                answer = await asyncio.to_thread(generator.answer, request)
-            call.ended(answer)
+            answer = call.ended(await answering.answer(request))
         return standalone_question(answer.text, message)
 
     def _retrieve(self, question: str) -> list[NodeWithScore]:

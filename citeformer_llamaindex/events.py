@@ -42,7 +42,8 @@ from llama_index.core.instrumentation.events.llm import (
 )
 from llama_index.core.instrumentation.span import active_span_id
 
-from citeformer.request import AnswerChunks, AsyncAnswerChunks, GenerationRequest
+from citeformer.generation.protocols import AnswerChunks, AsyncAnswerChunks
+from citeformer.request import GenerationRequest
 from citeformer.types import CitedAnswer
 
 __all__ = ["ModelCall", "chat_messages", "usage"]

@@ -18,7 +18,7 @@ from llama_index.core.llms.custom import CustomLLM
 from citeformer.request import DEFAULT_MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
-    from citeformer.request import AnswerGenerator
+    from citeformer.generation.protocols import AnswerGenerator
 
 __all__ = ["CiteformerLLM", "model_name"]
 

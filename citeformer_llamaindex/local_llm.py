@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -24,16 +23,10 @@ from llama_index.core.llms.custom import CustomLLM
 
 from citeformer.conversation import free_text_request
 from citeformer.errors import InputTypeError
-from citeformer.integration import or_default
-from citeformer.request import (
-    AnswerGenerator,
-    AsyncAnswerGenerator,
-    GenerationRequest,
-    option_names,
-    request_template,
-)
+from citeformer.generation.protocols import AnswerGenerator
+from citeformer.integration import AsyncChunks, as_async_loaded, or_default
+from citeformer.request import GenerationRequest, option_names, request_template
 from citeformer_llamaindex.llm import model_name
-from citeformer_llamaindex.streams import threaded
 
 __all__ = ["DEFAULT_LOCAL_TOKENS", "LocalLLM"]
 
@@ -217,22 +210,14 @@ class LocalLLM(CustomLLM):
                 close()
 
     async def _atext(self, messages: list[dict[str, str]] | str, kwargs: dict[str, Any]) -> str:
-        generator = await asyncio.to_thread(getattr, self, "generator")
-        if isinstance(generator, AsyncAnswerGenerator):
-            return (await generator.aanswer(self._request(messages, kwargs))).text
-        # In-process generation blocks for seconds: off the event loop.
-        return await asyncio.to_thread(
-            lambda: generator.answer(self._request(messages, kwargs)).text
-        )
+        answering = await as_async_loaded(lambda: self.generator)
+        return (await answering.answer(self._request(messages, kwargs))).text
 
     async def _apieces(
         self, messages: list[dict[str, str]] | str, kwargs: dict[str, Any]
     ) -> AsyncIterator[str]:
-        generator = await asyncio.to_thread(getattr, self, "generator")
-        if isinstance(generator, AsyncAnswerGenerator):
-            return _native_pieces(generator, self._request(messages, kwargs))
-        request = await asyncio.to_thread(self._request, messages, kwargs)
-        return threaded(self._pieces(request))
+        answering = await as_async_loaded(lambda: self.generator)
+        return _closing(await answering.stream(self._request(messages, kwargs)))
 
 
 def _dicts(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
@@ -271,15 +256,10 @@ async def _achats(pieces: AsyncIterator[str]) -> ChatResponseAsyncGen:
         )
 
 
-async def _native_pieces(
-    generator: AsyncAnswerGenerator, request: GenerationRequest
-) -> AsyncIterator[str]:
-    pieces = aiter(generator.aanswer_stream(request))
+async def _closing(stream: AsyncChunks) -> AsyncIterator[str]:
+    # Leaving early stops the generation (the model, or the server's connection).
     try:
-        async for piece in pieces:
+        async for piece in stream:
             yield piece
     finally:
-        aclose = getattr(pieces, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
+        await stream.aclose()

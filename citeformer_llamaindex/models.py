@@ -17,13 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from citeformer.errors import InvalidInputError
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.integration import (
     packages_of,
     refuse_server_settings,
     server_for_openai_model,
     unsupported_llm,
 )
-from citeformer.request import AnswerGenerator
 
 __all__ = ["ACCEPTED_MODELS", "generator_from"]
 

@@ -8,17 +8,15 @@ reader of an async response.
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator
+from collections.abc import AsyncGenerator, Callable, Generator
 
 from llama_index.core.base.response.schema import AsyncStreamingResponse
 
-from citeformer.request import AnswerChunks, AsyncAnswerChunks
+from citeformer.generation.protocols import AnswerChunks, AsyncAnswerChunks
 from citeformer.types import CitedAnswer
 
-__all__ = ["ClosingAsyncStreamingResponse", "OnEnd", "async_chunks", "native_async_chunks",
-           "no_async_chunks", "no_chunks", "sync_chunks", "threaded"]
+__all__ = ["ClosingAsyncStreamingResponse", "OnEnd", "async_chunks", "no_async_chunks",
+           "no_chunks", "sync_chunks"]
 
 OnEnd = Callable[[CitedAnswer], None] | None
 """What a stream calls with its answer once read to the end."""
@@ -64,62 +62,15 @@ def sync_chunks(stream: AnswerChunks, on_end: OnEnd) -> Generator[str, None, Non
         on_end(stream.answer)
 
 
-async def async_chunks(stream: AnswerChunks, on_end: OnEnd) -> AsyncGenerator[str, None]:
-    """The chunks of an in-process stream, each waited for in a worker thread."""
-    chunks = threaded(iter(stream))
-    try:
-        async for chunk in chunks:
-            yield chunk
-    finally:
-        await chunks.aclose()
-    if on_end is not None:
-        on_end(stream.answer)
-
-
-async def threaded(chunks: Iterator[str]) -> AsyncGenerator[str, None]:
-    """``chunks``, each waited for in a worker thread, off the event loop.
-
-    Leaving early closes ``chunks``, which stops an in-process generation. A task cancelled
-    while a chunk is being fetched lets that fetch end, then closes them: a generator running
-    in a thread cannot be closed from outside it.
-    """
-    # Fetching holds the lock, so a close waits for the fetch instead of failing on it.
-    lock = threading.Lock()
-
-    def fetch() -> str | None:
-        with lock:
-            return next(chunks, None)
-
-    def close() -> None:
-        with lock:
-            _close(chunks)
-
-    try:
-        while (chunk := await asyncio.to_thread(fetch)) is not None:
-            yield chunk
-    finally:
-        if lock.acquire(blocking=False):
-            # No fetch running (the reader left between chunks): closed here, without giving
-            # the event loop a turn, which a close during asyncio's shutdown may never get.
-            try:
-                _close(chunks)
-            finally:
-                lock.release()
-        else:
-            # Shielded: the task is being cancelled, and the model must stop all the same.
-            await asyncio.shield(asyncio.to_thread(close))
-
-
-async def native_async_chunks(
-    stream: AsyncAnswerChunks, on_end: OnEnd
-) -> AsyncGenerator[str, None]:
-    """The chunks of an async generator's stream (``aanswer_stream``), awaited."""
+async def async_chunks(stream: AsyncAnswerChunks, on_end: OnEnd) -> AsyncGenerator[str, None]:
+    """The chunks of an async stream (``citeformer.integration.as_async``), awaited."""
     chunks = aiter(stream)
     try:
         async for chunk in chunks:
             yield chunk
     finally:
-        # Leaving early closes the connection, so the server stops generating.
+        # Leaving early stops the generation: a model in this process stops, a server's
+        # connection is closed.
         aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             await aclose()
@@ -136,9 +87,3 @@ async def no_async_chunks() -> AsyncGenerator[str, None]:
     """An empty async stream, in place until the real one is set."""
     return
     yield  # pragma: no cover
-
-
-def _close(chunks: Iterator[str]) -> None:
-    close = getattr(chunks, "close", None)
-    if close is not None:
-        close()

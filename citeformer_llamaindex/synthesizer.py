@@ -22,6 +22,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 from llama_index.core.types import RESPONSE_TEXT_TYPE
 
 from citeformer.errors import InputTypeError, InvalidInputError, shown
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.integration import (
     GRAMMAR_SETTING,
     EmptySources,
@@ -33,12 +34,7 @@ from citeformer.integration import (
     unknown_names_message,
 )
 from citeformer.prompt import default_instructions
-from citeformer.request import (
-    DEFAULT_POLICY,
-    AnswerGenerator,
-    GenerationRequest,
-    option_names,
-)
+from citeformer.request import DEFAULT_POLICY, GenerationRequest, option_names
 from citeformer.types import TITLE_KEYS, CitedAnswer, Policy, Source
 from citeformer_llamaindex.answering import Answering
 from citeformer_llamaindex.base import CitingSynthesizer, check_streaming

@@ -22,7 +22,20 @@ PACKAGES = {
 }
 MAX_TOP_MODULES = 14
 STAGES = ("grammar", "decoding", "evidence", "render")
-MAX_ADAPTER_CLASS_LINES = 280
+MAX_CLASS_LINES = 280
+OVERSIZED_CLASSES = {
+    "citeformer.vllm:SteeringProcessor": "it runs the levers the server-grade steering work "
+    "rewrites; split with them",
+}
+"""Classes still above ``MAX_CLASS_LINES``, each with the reason (kept above it, as modules)."""
+MAX_CORE_MODULE_LINES = 550
+OVERSIZED_MODULES = {
+    "citeformer.decoding.levers": "the server-grade steering work rewrites the levers (issue 44 "
+    "waits on it); split there",
+    "citeformer.vllm": "its SteeringProcessor runs those levers in vLLM and changes with them",
+}
+"""Core modules still above ``MAX_CORE_MODULE_LINES``, each with the reason; none may grow into
+this list unnoticed (a test keeps every entry above the limit, so a split one leaves)."""
 PUBLIC = {
     "citeformer": [
         "AnswerChunks", "AnswerGenerator", "AnswerStream", "AsyncAnswerChunks",
@@ -162,6 +175,17 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_every_package_is_installed() -> None:
+    # A package missing from pyproject's list is left out of the wheel: imports of it fail in
+    # an installed citeformer (a vLLM server's) and nowhere in this checkout.
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = set(config["tool"]["setuptools"]["packages"])
+    found = {name for name, path in modules() if path.name == "__init__.py"}
+    assert found - listed == set()
+
+
 def test_the_core_is_packaged_by_stage() -> None:
     core = PACKAGES["citeformer"]
     top = sorted(path.name for path in core.glob("*.py"))
@@ -199,13 +223,39 @@ def test_every_public_module_declares_its_names(name: str, path: Path) -> None:
     assert not missing, f"{name}.__all__ names what it does not define: {missing}"
 
 
-def test_no_adapter_class_is_a_monolith() -> None:
-    for package in ("citeformer_langchain", "citeformer_llamaindex"):
-        for path in sorted(PACKAGES[package].glob("*.py")):
-            for node in ast.parse(path.read_text(encoding="utf-8")).body:
-                if isinstance(node, ast.ClassDef):
-                    lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                    assert lines <= MAX_ADAPTER_CLASS_LINES, f"{path.name}:{node.name} {lines}"
+def test_no_class_is_a_monolith() -> None:
+    # In the core and in the adapters: a class that needs more has pieces to give away.
+    sizes = {}
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                sizes[f"{name}:{node.name}"] = (node.end_lineno or node.lineno) - node.lineno + 1
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_CLASS_LINES}
+    assert set(over) - set(OVERSIZED_CLASSES) == set(), over
+    assert set(OVERSIZED_CLASSES) <= set(over), sorted(set(OVERSIZED_CLASSES) - set(over))
+
+
+def test_no_core_module_is_a_monolith() -> None:
+    sizes = {
+        name: len(path.read_text(encoding="utf-8").splitlines())
+        for name, path in modules() if name.startswith("citeformer.") or name == "citeformer"
+    }
+    over = {name: lines for name, lines in sizes.items() if lines > MAX_CORE_MODULE_LINES}
+    assert set(over) - set(OVERSIZED_MODULES) == set(), over
+    # An entry no longer needed is dropped, so the list says what is left to split.
+    assert set(OVERSIZED_MODULES) <= set(over), sorted(set(OVERSIZED_MODULES) - set(over))
+
+
+def test_no_option_name_is_found_by_position() -> None:
+    # fields(...)[3:]: reordering a field would silently change which names are options. They
+    # are marked on their fields instead (citeformer.request.OPTION).
+    for name, path in modules():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Subscript) and any(
+                isinstance(call, ast.Call) and getattr(call.func, "id", None) == "fields"
+                for call in ast.walk(node.value)
+            ):
+                raise AssertionError(f"{name}:{node.lineno} takes fields by position")
 
 
 def test_no_wrapper_imports_a_private_core_module() -> None:

@@ -49,10 +49,10 @@ _EXPORTS = {
     "Citation": "citeformer.types",
     "CitedAnswer": "citeformer.types",
     "EvidenceSpan": "citeformer.types",
-    "AnswerChunks": "citeformer.request",
-    "AnswerGenerator": "citeformer.request",
-    "AsyncAnswerChunks": "citeformer.request",
-    "AsyncAnswerGenerator": "citeformer.request",
+    "AnswerChunks": "citeformer.generation.protocols",
+    "AnswerGenerator": "citeformer.generation.protocols",
+    "AsyncAnswerChunks": "citeformer.generation.protocols",
+    "AsyncAnswerGenerator": "citeformer.generation.protocols",
     "Policy": "citeformer.types",
     "Quote": "citeformer.types",
     "Refusal": "citeformer.evidence.refusal",
@@ -155,18 +155,16 @@ if TYPE_CHECKING:
         TokenizerMismatchError,
     )
     from citeformer.evidence.refusal import Refusal
-    from citeformer.generator import AnswerStream, CiteGenerator
-    from citeformer.grammar.markers import MarkerScan, parse_citations, scan_markers
-    from citeformer.grammar.rules import GrammarOptions, build_grammar, dotted_terms
-    from citeformer.request import (
+    from citeformer.generation.protocols import (
         AnswerChunks,
         AnswerGenerator,
         AsyncAnswerChunks,
         AsyncAnswerGenerator,
-        GenerationOptions,
-        GenerationRequest,
-        build_request,
     )
+    from citeformer.generator import AnswerStream, CiteGenerator
+    from citeformer.grammar.markers import MarkerScan, parse_citations, scan_markers
+    from citeformer.grammar.rules import GrammarOptions, build_grammar, dotted_terms
+    from citeformer.request import GenerationOptions, GenerationRequest, build_request
     from citeformer.server import AsyncServerAnswerStream, ServerAnswerStream, ServerGenerator
     from citeformer.types import (
         Citation,

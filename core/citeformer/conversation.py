@@ -10,19 +10,15 @@ Framework-free: both wrappers (``citeformer_langchain`` and ``citeformer_llamain
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Sequence
 from typing import Any
 
+from citeformer.generation.aio import as_async
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.grammar.markers import strip_markers
 from citeformer.prompt import render_prompt
-from citeformer.request import (
-    AnswerGenerator,
-    AsyncAnswerGenerator,
-    GenerationRequest,
-    build_request,
-)
+from citeformer.request import GenerationRequest, build_request
 
 __all__ = [
     "CONDENSE_INSTRUCTIONS",
@@ -140,21 +136,17 @@ async def acondense(
     *,
     max_new_tokens: int = DEFAULT_CONDENSE_TOKENS,
 ) -> str:
-    """Async ``condense``.
+    """Async ``condense``, asked through ``citeformer.integration.as_async``.
 
     An async generator is awaited; a model in this process generates in a worker thread, off the
     event loop.
     """
     if not history:
         return question
-    if not isinstance(generator, AsyncAnswerGenerator):
-        return await asyncio.to_thread(
-            condense, generator, history, question, max_new_tokens=max_new_tokens
-        )
     request = free_text_request(
         generator, condense_messages(history, question), max_new_tokens=max_new_tokens
     )
-    return standalone_question((await generator.aanswer(request)).text, question)
+    return standalone_question((await as_async(generator).answer(request)).text, question)
 
 
 def _conversation(history: Sequence[tuple[str, str]], question: str) -> str:

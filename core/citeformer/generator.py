@@ -13,7 +13,6 @@ from transformers.generation.streamers import BaseStreamer
 
 from citeformer.answers import ChunkTracker, StreamedAnswer
 from citeformer.decoding.batching import (
-    build_requests,
     check_batch_size,
     plan_batches,
     prepare_all,
@@ -21,6 +20,7 @@ from citeformer.decoding.batching import (
 from citeformer.decoding.engine import DecodingEngine, TransformersEngine
 from citeformer.decoding.precision import resolve_device, resolve_dtype
 from citeformer.errors import InvalidInputError
+from citeformer.generation.forms import BatchCallForms, CallForms
 from citeformer.grammar.rules import GrammarOptions, check_terms, render_grammar
 from citeformer.prompt import render_prompt
 from citeformer.request import (
@@ -32,14 +32,13 @@ from citeformer.request import (
 from citeformer.types import CitedAnswer, Policy
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
 
-    from citeformer.request import GenerationOptions
+    pass
 
 __all__ = ["AnswerStream", "CiteGenerator"]
 
 
-class CiteGenerator:
+class CiteGenerator(CallForms["AnswerStream"], BatchCallForms):
     """Answers a question from numbered sources; every ``[k]`` it writes has 1 <= k <= len(sources).
 
     One generator holds one ``citeformer.decoding.DecodingEngine``: the model, its
@@ -216,46 +215,6 @@ class CiteGenerator:
         request = build_request(question, sources, policy, instructions=instructions)
         return render_prompt(request.messages(), self.tokenizer)
 
-    def generate(
-        self,
-        question: str,
-        sources: Sequence[SourceLike],
-        policy: Policy | str = Policy.REQUIRED,
-        **options: Unpack[GenerationOptions],
-    ) -> CitedAnswer:
-        """Answer ``question`` from ``sources``; markers are ``[k]`` with k in 1..len(sources).
-
-        ``sources`` is a list of ``Source`` or plain strings. The options (``max_new_tokens``,
-        ``do_sample``, ``temperature``, ``seed``, ``instructions``, ``prompt``, ``constrained``,
-        ``evidence`` and the grammar options) are those of ``citeformer.GenerationOptions``;
-        they are checked by ``build_request`` before anything runs.
-
-        ``prompt`` replaces the whole prompt with text you rendered yourself (it must number the
-        sources as the markers do). ``constrained=False`` drops the grammar, for comparisons
-        only: the answer may then name sources that do not exist; its ``citations`` keep the
-        markers in range, and ``scan_markers`` on its text counts the rest.
-
-        Under ``QUOTES_ONLY`` every quote is verbatim: ``"text" [k]`` where source k contains
-        ``text`` (white space runs in the source match one space); ``answer.quotes`` locates
-        each. ``evidence`` chooses among the ids the grammar allows by how well each source
-        supports the claim being cited (``"lexical"`` by default); it acts with the grammar only.
-        """
-        return self.answer(build_request(question, sources, policy, **options))
-
-    def stream(
-        self,
-        question: str,
-        sources: Sequence[SourceLike],
-        policy: Policy | str = Policy.REQUIRED,
-        **options: Unpack[GenerationOptions],
-    ) -> AnswerStream:
-        """Like ``generate``, but returns an iterator of text chunks as tokens are generated.
-
-        A marker is held back until its ``]`` arrives, so no chunk ends inside ``[12``; the chunks
-        join to ``stream.answer.text``. Arguments are checked before this returns.
-        """
-        return self.answer_stream(build_request(question, sources, policy, **options))
-
     def answer(self, request: GenerationRequest) -> CitedAnswer:
         """The answer to a checked request (what ``generate`` runs)."""
         return self._decoder(request)(None, None)
@@ -291,25 +250,6 @@ class CiteGenerator:
                 for i, ids in zip(indices, decoded.ids, strict=True):
                     answers[i] = engine.finish(rows[i], ids)
         return [answers[i] for i in range(len(rows))]
-
-    def generate_batch(
-        self,
-        questions: Sequence[str],
-        sources: Sequence[Sequence[SourceLike]],
-        policy: Policy | str = Policy.REQUIRED,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        **options: Unpack[GenerationOptions],
-    ) -> list[CitedAnswer]:
-        """Answer ``questions[i]`` from ``sources[i]`` for every i, decoding ``batch_size`` at once.
-
-        The options are those of ``generate`` and apply to every row; ``answer_batch`` takes
-        requests that differ in them. All rows are checked first: one ``InvalidInputError``
-        names every row ``generate`` would refuse, and nothing runs.
-        """
-        size = check_batch_size(batch_size)
-        requests = build_requests(questions, sources, policy, options)
-        return self.answer_batch(requests, batch_size=size)
 
     def _decoder(self, request: GenerationRequest) -> _Decode:
         """Prepare one request (prompt ids, compiled grammar) and return what decodes it.

@@ -3,6 +3,8 @@
 Each wrapper translates its framework's types to the core's and back. What is left is the same in
 both, and is written here once:
 
+- asking a generator from a coroutine, never blocking the event loop (``as_async``,
+  ``as_async_loaded``; ``citeformer.generation.aio``);
 - settings: the options a wrapper is built with (``setting_names``), checked once into a request
   template (``settings_template``), and each call's request made from it (``call_request``);
 - generators: the one a wrapper runs, given or built from the user's own model
@@ -22,17 +24,18 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 from citeformer.errors import EmptySourceError, InputTypeError, InvalidInputError
+from citeformer.generation.aio import AsyncAnswering, AsyncChunks, as_async, as_async_loaded
+from citeformer.generation.protocols import AnswerGenerator
 from citeformer.grammar.rules import GrammarOptions
 from citeformer.request import (
     DEFAULT_POLICY,
-    AnswerGenerator,
     GenerationRequest,
     SourceLike,
+    request_option_names,
     request_template,
 )
 
@@ -43,7 +46,11 @@ __all__ = [
     "CALL_ONLY",
     "GRAMMAR_SETTING",
     "OPENAI_HOSTS",
+    "AsyncAnswering",
+    "AsyncChunks",
     "EmptySources",
+    "as_async",
+    "as_async_loaded",
     "call_request",
     "check_empty_sources",
     "check_generator",
@@ -78,13 +85,12 @@ with each input, and a whole prompt would have to number that call's sources."""
 def setting_names() -> tuple[str, ...]:
     """The generation settings of a wrapper, in order.
 
-    ``policy``, then ``GenerationRequest``'s options but ``CALL_ONLY``, its ``grammar`` spelled
-    ``GRAMMAR_SETTING``.
+    ``policy``, then ``GenerationRequest``'s options (``request_option_names``) but
+    ``CALL_ONLY``, its ``grammar`` spelled ``GRAMMAR_SETTING``.
     """
-    names = [spec.name for spec in fields(GenerationRequest)]
-    options = names[names.index("policy") + 1:]
     return ("policy", *(
-        GRAMMAR_SETTING if name == "grammar" else name for name in options if name not in CALL_ONLY
+        GRAMMAR_SETTING if name == "grammar" else name
+        for name in request_option_names() if name not in CALL_ONLY
     ))
 
 

@@ -1,4 +1,4 @@
-"""One validated generation request, and the protocols of the generators that answer it.
+"""One validated generation request: the value every generator answers.
 
 ``GenerationRequest`` is the one list of generation options: its fields. It checks every field
 when it is made (``build_request``, ``GenerationRequest(...)``, ``replace``), so ``CiteGenerator``,
@@ -11,25 +11,28 @@ sources per call.
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypedDict, runtime_checkable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from citeformer.errors import (
-    EmptyQuestionError,
-    EmptySourceError,
     InputTypeError,
     InvalidInputError,
-    NoSourcesError,
     check_float,
     check_int,
     shown,
 )
-from citeformer.evidence.refusal import Band, Refusal
+from citeformer.evidence.refusal import Band, Refusal, RequestWeighing
 from citeformer.evidence.scoring import DEFAULT_EVIDENCE, Evidence, resolve_evidence
-from citeformer.grammar.markers import strip_markers
+from citeformer.generation.inputs import (
+    SourceLike,
+    check_encodable,
+    check_history,
+    check_question,
+    normalize_sources,
+)
 from citeformer.grammar.rules import (
     GrammarOptions,
     check_marker_slots,
@@ -52,12 +55,9 @@ __all__ = [
     "MAX_SEED",
     "MAX_TEMPERATURE",
     "MIN_TEMPERATURE",
-    "AnswerChunks",
-    "AnswerGenerator",
-    "AsyncAnswerChunks",
-    "AsyncAnswerGenerator",
     "GenerationOptions",
     "GenerationRequest",
+    "OPTION",
     "GeneratorDefault",
     "SourceLike",
     "build_request",
@@ -66,10 +66,9 @@ __all__ = [
     "check_question",
     "normalize_sources",
     "option_names",
+    "request_option_names",
     "request_template",
 ]
-
-SourceLike = Source | str
 
 DEFAULT_POLICY = Policy.REQUIRED
 DEFAULT_MAX_NEW_TOKENS = 160
@@ -108,6 +107,10 @@ GENERATOR_DEFAULT: Final = GeneratorDefault()
 wherever citeformer steers the logits (in process, and on a serving engine that runs its steering
 processor), none where it cannot. ``"default"`` means the same."""
 
+OPTION: Final[Mapping[str, bool]] = MappingProxyType({"option": True})
+"""The metadata of a ``GenerationRequest`` field that is a generation option: the options are
+the fields so marked, whatever their order."""
+
 # The placeholder a template is checked with; ``GenerationRequest.replace`` puts the real ones in.
 _TEMPLATE_QUESTION = "?"
 _TEMPLATE_SOURCES = (Source("?"),)
@@ -117,9 +120,9 @@ _TEMPLATE_SOURCES = (Source("?"),)
 class GenerationRequest:
     """Everything one answer depends on, checked when made. Build it with ``build_request``.
 
-    The fields after ``policy`` are the generation options, as keywords of ``build_request``,
-    ``generate`` and ``stream``; a grammar option (``max_group``, ...) may be given there by its
-    own name instead of through ``grammar``.
+    The fields marked ``OPTION`` (all after ``policy``) are the generation options, as keywords
+    of ``build_request``, ``generate`` and ``stream``; a grammar option (``max_group``, ...) may
+    be given there by its own name instead of through ``grammar``.
     """
 
     question: str
@@ -131,45 +134,45 @@ class GenerationRequest:
     policy: Policy = DEFAULT_POLICY
     """Where the grammar requires markers."""
 
-    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    max_new_tokens: int = field(default=DEFAULT_MAX_NEW_TOKENS, metadata=OPTION)
     """Most tokens to generate, 1 to ``MAX_NEW_TOKENS`` (2**31-1)."""
 
-    do_sample: bool = False
+    do_sample: bool = field(default=False, metadata=OPTION)
     """Sample (at ``temperature``) instead of greedy decoding."""
 
-    temperature: float = 1.0
+    temperature: float = field(default=1.0, metadata=OPTION)
     """Sampling temperature, 0.01 to 100 (``MIN_TEMPERATURE``, ``MAX_TEMPERATURE``); used when
     ``do_sample``."""
 
-    seed: int | None = None
+    seed: int | None = field(default=None, metadata=OPTION)
     """Seed of the sampler (0..2**63-1), for reproducible samples, or ``None``."""
 
-    instructions: str | None = None
+    instructions: str | None = field(default=None, metadata=OPTION)
     """System instructions replacing the policy's default ones."""
 
-    history: tuple[tuple[str, str], ...] = ()
+    history: tuple[tuple[str, str], ...] = field(default=(), metadata=OPTION)
     """Earlier turns of the conversation, ``(role, text)`` with role ``"user"`` or
     ``"assistant"``, shown before this turn's sources and question (markers stripped)."""
 
-    prompt: str | None = None
+    prompt: str | None = field(default=None, metadata=OPTION)
     """A whole prompt rendered by the caller, used instead of the built-in chat messages (it
     must number the sources as the markers do)."""
 
-    constrained: bool = True
+    constrained: bool = field(default=True, metadata=OPTION)
     """Whether the citation grammar is enforced; ``False`` is for comparisons only."""
 
-    grammar: GrammarOptions = field(default_factory=GrammarOptions)
+    grammar: GrammarOptions = field(default_factory=GrammarOptions, metadata=OPTION)
     """Options of the citation grammar."""
 
-    evidence: Evidence | GeneratorDefault | None = GENERATOR_DEFAULT
+    evidence: Evidence | GeneratorDefault | None = field(default=GENERATOR_DEFAULT, metadata=OPTION)
     """How a marker's id is chosen among the valid ones: an ``Evidence`` (or its name,
     ``"lexical"``, ``"embedding"``), ``None`` (the model alone), or ``GENERATOR_DEFAULT``."""
 
-    readability: Readability = field(default_factory=Readability)
+    readability: Readability = field(default_factory=Readability, metadata=OPTION)
     """How the prose around the markers is steered (``citeformer.readability``); ``None``
     turns every readability lever off."""
 
-    refusal: Refusal | None = field(default_factory=Refusal)
+    refusal: Refusal | None = field(default_factory=Refusal, metadata=OPTION)
     """When the answer is the refusal sentence because the sources do not answer the question
     (``citeformer.evidence.refusal``); ``None``: never, every answer is generated."""
 
@@ -250,71 +253,49 @@ class GenerationRequest:
             max_chars=self.grammar.max_word_chars,
         )
 
+    @cached_property
+    def weighing(self) -> RequestWeighing:
+        """What ``refusal`` makes of this request (``citeformer.evidence.refusal``).
+
+        Weighed once, when first read (by the generator, before it runs the model).
+        """
+        return RequestWeighing(
+            self.refusal, self.question, self.sources, self.history, self.constrained
+        )
+
     @property
     def refusal_band(self) -> Band:
-        """What the sources' support of the question lets the answer be (``Refusal.band``).
-
-        ``Band.ANSWER`` without ``refusal`` or without the grammar; measured once, when first
-        read (by the generator, before it runs the model).
-        """
-        if self.refusal is not None and self.constrained:
-            known = self.refusal.known_band()
-            if known is not None:  # nothing to weigh (a serving engine's processor)
-                return known
-        check = self.refusal_check
-        return Band.ANSWER if check is None else Band(check.band)
+        """What the sources' support of the question lets the answer be (``Refusal.band``)."""
+        return self.weighing.band
 
     @property
     def refusal_support(self) -> float | None:
-        """How well the sources support the question (``Refusal.score``), where it is measured.
-
-        ``None`` without ``refusal`` or the grammar, or with nothing to decide (a threshold of 0
-        and no offer).
-        """
-        check = self.refusal_check
+        """How well the sources support the question (``Refusal.score``), where it is measured."""
+        check = self.weighing.check
         return None if check is None else check.support
 
     def refusal_reason(self) -> str | None:
         """Why the answer is, or may be, the refusal (``Refusal.explain``), where it is measured."""
-        check = self.refusal_check
+        check = self.weighing.check
         return None if check is None else check.reason
 
-    @cached_property
+    @property
     def refusal_check(self) -> RefusalCheck | None:
-        """What weighing the question against the sources gave: every answer's ``refusal``.
-
-        ``None`` where ``refusal_support`` is. The question is weighed once, for the band, the
-        support and the reason.
-        """
-        refusal = self.refusal
-        if refusal is None or not self.constrained or not refusal.decides:
-            return None
-        weighed = refusal.weigh(self.question, self.sources, self.history)
-        return RefusalCheck(
-            measure=refusal.support, support=weighed[0], threshold=refusal.limit,
-            offer_below=refusal.offer_below, band=refusal.band_at(weighed[0]).value,
-            reason=refusal.explain(self.question, self.sources, self.history, weighed=weighed),
-        )
+        """What weighing the question against the sources gave (``RequestWeighing.check``)."""
+        return self.weighing.check
 
     @property
     def offered_refusal(self) -> str | None:
         """The refusal sentence when the model may choose it (``Band.OFFER``), else ``None``."""
-        if self.refusal is not None and self.refusal_band is Band.OFFER:
-            return self.refusal.text
-        return None
+        return self.weighing.offered
 
     def refused(self) -> CitedAnswer | None:
         """The refusal answer when the support is too low to run the model (``Band.REFUSE``)."""
-        if self.refusal is None or self.refusal_band is not Band.REFUSE:
-            return None
-        return CitedAnswer(
-            text=self.refusal.text, citations=(), sources=self.sources, finish_reason="stop",
-            abstained=True, refusal=self.refusal_check,
-        )
+        return self.weighing.refused()
 
     def abstains(self, text: str) -> bool:
         """Whether ``text`` is this request's refusal sentence."""
-        return self.refusal is not None and text.strip() == self.refusal.text.strip()
+        return self.weighing.abstains(text)
 
     def messages(self) -> list[dict[str, str]]:
         """The chat messages the model is shown (unless ``prompt`` replaces them).
@@ -376,15 +357,16 @@ class GenerationOptions(TypedDict, total=False):
 
 
 def option_names() -> tuple[str, ...]:
-    """Every generation option.
+    """Every generation option: ``request_option_names()``, then the grammar options."""
+    return (*request_option_names(), *GrammarOptions.names())
 
-    ``GenerationRequest``'s fields after ``policy``, then the grammar options.
+
+def request_option_names() -> tuple[str, ...]:
+    """The generation options that are ``GenerationRequest`` fields, in order.
+
+    Those marked ``OPTION`` in their metadata: never found by their position.
     """
-    return (*_request_option_names(), *GrammarOptions.names())
-
-
-def _request_option_names() -> tuple[str, ...]:
-    return tuple(spec.name for spec in fields(GenerationRequest))[3:]
+    return tuple(spec.name for spec in fields(GenerationRequest) if spec.metadata.get("option"))
 
 
 def build_request(
@@ -417,7 +399,7 @@ def _fold_grammar(options: dict[str, Any], base: GrammarOptions) -> dict[str, An
 
     Unknown names raise, listing the valid ones.
     """
-    request_options = _request_option_names()
+    request_options = request_option_names()
     known = {"question", "sources", "policy", *request_options, *GrammarOptions.names()}
     unknown = sorted(set(options) - known)
     if unknown:
@@ -435,80 +417,6 @@ def _fold_grammar(options: dict[str, Any], base: GrammarOptions) -> dict[str, An
             )
         options["grammar"] = GrammarOptions.of({**grammar.as_dict(), **by_name})
     return options
-
-
-def normalize_sources(sources: Sequence[SourceLike]) -> tuple[Source, ...]:
-    """Turn a list of ``Source`` or strings into Sources, rejecting what cannot be cited."""
-    if isinstance(sources, (str, Source)) or not isinstance(sources, Sequence):
-        raise InputTypeError(
-            f"sources must be a list of Source or str, got {type(sources).__name__}; "
-            "wrap a single passage in a list"
-        )
-    if not sources:
-        raise NoSourcesError(
-            "no sources were given, so there is nothing to cite; retrieve at least one passage"
-        )
-    normalized = []
-    for position, item in enumerate(sources, start=1):
-        source = Source(item) if isinstance(item, str) else item
-        if not isinstance(source, Source):
-            raise InputTypeError(
-                f"source {position} is a {type(item).__name__}; pass Source objects or strings"
-            )
-        if not isinstance(source.text, str) or not source.text.strip():
-            raise EmptySourceError(
-                f"source {position} ({source.title or 'untitled'}) has empty text; "
-                "drop it before calling, since a marker pointing at it could support nothing"
-            )
-        check_encodable(f"source {position}'s text", source.text)
-        if isinstance(source.title, str):
-            check_encodable(f"source {position}'s title", source.title)
-        _check_metadata(f"source {position}'s metadata", source.metadata)
-        normalized.append(source)
-    return tuple(normalized)
-
-
-def check_question(question: object) -> str:
-    """The question, if it is a non-blank string."""
-    if not isinstance(question, str):
-        raise EmptyQuestionError(f"the question must be a string, got {type(question).__name__}")
-    if not question.strip():
-        raise EmptyQuestionError(f"the question is empty ({question!r}); ask something")
-    return check_encodable("the question", question)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def check_encodable(name: str, text: str) -> str:
-    """``text``, unless it holds a lone surrogate: a character no encoding can write.
-
-    Such text comes from bytes decoded with ``errors="surrogateescape"`` or from a JSON escape
-    of half a character pair; a tokenizer refuses it with a raw ``TypeError``. Every string from
-    outside (question, sources, titles, metadata, history, instructions, prompt) is checked here.
-    """
-    found = _SURROGATE.search(text)
-    if found is not None:
-        raise InvalidInputError(
-            f"{name} holds a lone surrogate (U+{ord(found.group()):04X}) at character "
-            f"{found.start()}, which no text encoding can write; decode its bytes with "
-            "errors='replace', or remove the character"
-        )
-    return text
-
-
-def _check_metadata(name: str, value: object, depth: int = 0) -> None:
-    # Metadata is not shown to the model but comes back in every answer (and its JSON).
-    if isinstance(value, str):
-        check_encodable(name, value)
-    elif depth < 8 and isinstance(value, Mapping):
-        for key, item in value.items():
-            if isinstance(key, str):
-                check_encodable(f"a key of {name}", key)
-            _check_metadata(f"{name}[{key!r}]", item, depth + 1)
-    elif depth < 8 and isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            _check_metadata(f"{name}[{index}]", item, depth + 1)
 
 
 def _check_bool(name: str, value: object) -> bool:
@@ -541,40 +449,6 @@ def _check_seed(value: object) -> int | None:
     return value
 
 
-ROLES = ("user", "assistant")
-
-
-def check_history(history: object) -> tuple[tuple[str, str], ...]:
-    """Earlier turns as ``(role, text)`` pairs: roles ``"user"``/``"assistant"``, no blank text."""
-    if isinstance(history, (str, bytes, Mapping)) or not isinstance(history, Sequence):
-        raise InputTypeError(
-            f"history must be a list of (role, text) pairs, got {type(history).__name__}"
-        )
-    turns = []
-    for index, turn in enumerate(history):
-        if isinstance(turn, (str, bytes)) or not isinstance(turn, Sequence) or len(turn) != 2:
-            raise InputTypeError(
-                f"history[{index}] must be a (role, text) pair, got {turn!r:.60}"
-            )
-        role, text = turn
-        if role not in ROLES:
-            raise InvalidInputError(
-                f"history[{index}] has role {role!r}; use 'user' or 'assistant'"
-            )
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInputError(
-                f"history[{index}] ({role}) has no text ({text!r:.40}); drop empty turns"
-            )
-        if not strip_markers(text):
-            raise InvalidInputError(
-                f"history[{index}] ({role}) holds only citation markers ({text!r:.40}); the "
-                "model is shown earlier turns without their markers, so it would be an empty "
-                "message: drop the turn"
-            )
-        turns.append((role, check_encodable(f"history[{index}] ({role})", text)))
-    return tuple(turns)
-
-
 def _check_readability(value: object) -> Readability:
     if value is None:
         return OFF
@@ -598,62 +472,15 @@ def _check_text(name: str, value: object) -> str | None:
     return check_encodable(name, value)
 
 
-class AnswerChunks(Protocol):
-    """A stream of one answer: iterate its text chunks once, then read ``answer``."""
-
-    def __iter__(self) -> Iterator[str]:
-        """The text chunks, which join to ``answer.text``."""
-        ...
-
-    @property
-    def answer(self) -> CitedAnswer:
-        """The finished answer, once iteration has ended."""
-        ...
+_PROTOCOLS = ("AnswerChunks", "AnswerGenerator", "AsyncAnswerChunks", "AsyncAnswerGenerator")
 
 
-class AsyncAnswerChunks(Protocol):
-    """An async stream of one answer: ``async for`` its chunks once, then read ``answer``."""
+def __getattr__(name: str) -> Any:
+    # The generators' protocols live in citeformer.generation.protocols (they name this
+    # module's request, so importing them here at module level would make a cycle); imports
+    # of them from here keep working.
+    if name in _PROTOCOLS:
+        from citeformer.generation import protocols
 
-    def __aiter__(self) -> AsyncIterator[str]:
-        """The text chunks, which join to ``answer.text``."""
-        ...
-
-    @property
-    def answer(self) -> CitedAnswer:
-        """The finished answer, once iteration has ended."""
-        ...
-
-
-@runtime_checkable
-class AnswerGenerator(Protocol):
-    """What the framework wrappers and the command line need of a generator.
-
-    ``CiteGenerator`` (a model in this process), ``ServerGenerator`` (a model behind a serving
-    engine) and ``citeformer.testing.FakeGenerator`` have it. Both methods take a checked
-    ``GenerationRequest`` (``citeformer.build_request``). Optional: ``context_length`` (tokens
-    the model accepts, or ``None``), read by the LlamaIndex wrapper.
-    """
-
-    def answer(self, request: GenerationRequest) -> CitedAnswer:
-        """The answer to ``request``; every marker is ``[k]`` with 1 <= k <= N."""
-        ...
-
-    def answer_stream(self, request: GenerationRequest) -> AnswerChunks:
-        """The answer to ``request`` as text chunks; the stream's ``answer`` is set at the end."""
-        ...
-
-
-@runtime_checkable
-class AsyncAnswerGenerator(AnswerGenerator, Protocol):
-    """A generator the wrappers' async paths await instead of running it in a worker thread.
-
-    ``ServerGenerator`` and ``citeformer.testing.FakeGenerator`` are.
-    """
-
-    async def aanswer(self, request: GenerationRequest) -> CitedAnswer:
-        """Async ``answer``."""
-        ...
-
-    def aanswer_stream(self, request: GenerationRequest) -> AsyncAnswerChunks:
-        """Async ``answer_stream``: ``async for chunk in ...``, then ``.answer``."""
-        ...
+        return getattr(protocols, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -76,7 +76,7 @@ import torch
 import xgrammar as xgr
 
 from citeformer.answers import WholeAnswer, cited_answer
-from citeformer.decoding.batching import Prepared, build_requests, prepare_all
+from citeformer.decoding.batching import Prepared, prepare_all
 from citeformer.decoding.engine import (
     DecodingEngine,
     answer_text,
@@ -98,16 +98,17 @@ from citeformer.decoding.steering import (
     local_grammar,
     steering_for,
 )
-from citeformer.errors import InvalidInputError, MissingDependencyError, PromptTooLongError
-from citeformer.grammar.rules import marker_grammar
-from citeformer.request import (
-    DEFAULT_POLICY,
-    AnswerChunks,
-    GenerationRequest,
-    SourceLike,
-    build_request,
+from citeformer.errors import (
+    InputTypeError,
+    InvalidInputError,
+    MissingDependencyError,
+    PromptTooLongError,
 )
-from citeformer.types import CitedAnswer, FinishReason, Policy
+from citeformer.generation.forms import BatchCallForms, CallForms
+from citeformer.generation.protocols import AnswerChunks
+from citeformer.grammar.rules import marker_grammar
+from citeformer.request import GenerationRequest
+from citeformer.types import CitedAnswer, FinishReason
 
 try:
     from vllm.v1.sample.logits_processor import BatchUpdate
@@ -127,10 +128,8 @@ except ImportError:  # a vLLM without Model Runner V2
         """Stands in for Model Runner V2's base class where vLLM has none."""
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
     from vllm import SamplingParams
 
-    from citeformer.request import GenerationOptions
 
 __all__ = ["SteeringProcessor", "VLLMGenerator"]
 
@@ -571,7 +570,7 @@ def _stop_ids(model_config: Any, tokenizer: Any) -> list[int]:
     return end_of_sequence_ids(configured, getattr(tokenizer, "eos_token_id", None))
 
 
-class VLLMGenerator:
+class VLLMGenerator(CallForms[AnswerChunks], BatchCallForms):
     """Cited answers from ``vllm.LLM`` in this process, steered by ``SteeringProcessor``.
 
     The same answers as ``CiteGenerator`` from the same request, at vLLM's scale: every marker
@@ -630,13 +629,6 @@ class VLLMGenerator:
         llm_kwargs.setdefault("max_model_len", 2048)
         return cls.from_pretrained(str(folder), **llm_kwargs)
 
-    def generate(
-        self, question: str, sources: Sequence[SourceLike], policy: Policy | str = DEFAULT_POLICY,
-        **options: Unpack[GenerationOptions],
-    ) -> CitedAnswer:
-        """Answer ``question`` from ``sources``, as ``CiteGenerator.generate`` does."""
-        return self.answer(build_request(question, sources, policy, **options))
-
     def answer(self, request: GenerationRequest) -> CitedAnswer:
         """The answer to a checked request."""
         (answer,) = self.answer_batch([request])
@@ -646,22 +638,20 @@ class VLLMGenerator:
         """The answer as a stream of one chunk (``vllm.LLM`` does not stream)."""
         return WholeAnswer(self.answer(request))
 
-    def generate_batch(
-        self,
-        questions: Sequence[str],
-        sources: Sequence[Sequence[SourceLike]],
-        policy: Policy | str = DEFAULT_POLICY,
-        **options: Unpack[GenerationOptions],
+    def answer_batch(
+        self, requests: Sequence[GenerationRequest], *, batch_size: int | None = None
     ) -> list[CitedAnswer]:
-        """Answer ``questions[i]`` from ``sources[i]`` for every i, in one vLLM batch."""
-        return self.answer_batch(build_requests(questions, sources, policy, options))
-
-    def answer_batch(self, requests: Sequence[GenerationRequest]) -> list[CitedAnswer]:
         """The answers to many checked requests, in their order, generated together.
 
         Every row is checked first (prompt length included): one ``InvalidInputError`` names
-        each bad row, and nothing runs.
+        each bad row, and nothing runs. ``batch_size`` is refused: vLLM schedules the rows
+        itself.
         """
+        if batch_size is not None:
+            raise InputTypeError(
+                f"VLLMGenerator takes no batch_size (got {batch_size!r}): vLLM schedules the "
+                "rows of a batch itself; drop batch_size="
+            )
         rows = prepare_all(self._prepare, requests)
         answers = [row.request.refused() for row in rows]
         if run := [row for row, answer in zip(rows, answers, strict=True) if answer is None]:

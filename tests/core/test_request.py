@@ -183,13 +183,36 @@ def test_explicit_evidence_is_the_callers() -> None:
 def test_the_option_lists_are_the_request_fields() -> None:
     from dataclasses import fields
 
-    from citeformer.request import GenerationOptions, option_names
+    from citeformer.request import OPTION, GenerationOptions, option_names, request_option_names
 
-    names = [spec.name for spec in fields(GenerationRequest)]
-    assert names[:3] == ["question", "sources", "policy"]
-    assert option_names() == (*names[3:], *GrammarOptions.names())
+    # The options are the fields marked so, never found by their place among the fields.
+    marked = [spec.name for spec in fields(GenerationRequest) if spec.metadata == OPTION]
+    unmarked = [spec.name for spec in fields(GenerationRequest) if not spec.metadata]
+    assert unmarked == ["question", "sources", "policy"]
+    assert request_option_names() == tuple(marked)
+    assert option_names() == (*marked, *GrammarOptions.names())
     # The typed keywords of generate() are the same list, in the same order.
     assert tuple(GenerationOptions.__annotations__) == option_names()
+
+
+def test_the_options_follow_their_marks_not_their_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from citeformer.integration import setting_names
+    from citeformer.request import request_option_names
+
+    # A field moved elsewhere among the fields is still the option it was.
+    real = dataclasses.fields
+
+    def reordered(cls: object) -> tuple[dataclasses.Field[object], ...]:
+        specs = real(cls)  # type: ignore[arg-type]
+        if cls is not GenerationRequest:
+            return specs
+        return (specs[-1], *specs[:-1])
+
+    monkeypatch.setattr("citeformer.request.fields", reordered)
+    assert request_option_names()[0] == "refusal"
+    assert "refusal" in setting_names() and "question" not in setting_names()
 
 
 def test_a_template_is_checked_once_and_filled_per_call() -> None:

@@ -21,25 +21,6 @@ def test_a_question_the_documents_do_not_answer_is_refused_and_the_server_not_as
     assert answer.to_dict()["refusal"] == refusal == answer.cited_answer.to_dict()["refusal"]
 
 
-def test_a_stream_of_a_refusal_adds_up_to_the_refused_answer() -> None:
-    cite = CitationRunnable(generator=FakeServer().generator())
-    chunks = list(cite.stream(ask("Population of Peru?")))
-    total = chunks[0]
-    for chunk in chunks[1:]:
-        total = total + chunk
-    assert total.abstained and total.text == REFUSAL
-    assert total.refusal is not None and total.refusal == chunks[-1].refusal
-    assert total.refusal["band"] == "refuse"
-
-
-def test_refusal_none_answers_every_question() -> None:
-    server = FakeServer()
-    cite = CitationRunnable(generator=server.generator(), refusal=None)
-    answer = cite.invoke(ask("Population of Peru?"))
-    assert not answer.abstained and answer.citations and len(server.requests) == 1
-    assert answer.refusal is None
-
-
 def test_a_custom_refusal_reaches_the_request_and_its_text_is_abstained() -> None:
     refusal = Refusal(text="Not in the documents.", threshold=0.9)
     fake = FakeGenerator(lambda request: request.refusal.text)

@@ -186,26 +186,6 @@ def test_fields_are_checked() -> None:
         CitationRunnable(generator=FakeGenerator(), empty_sources="skip")  # type: ignore[arg-type]
 
 
-class OldStyleGenerator:
-    """The generate/stream surface alone, without answer/answer_stream."""
-
-    def generate(self, *args: Any) -> None: ...
-
-    def stream(self, *args: Any) -> None: ...
-
-
-@pytest.mark.parametrize(
-    ("value", "named"),
-    [("SmolLM2", "'SmolLM2' of type str"), (OldStyleGenerator(), "of type OldStyleGenerator")],
-)
-def test_a_generator_without_answer_is_refused_at_construction(value: Any, named: str) -> None:
-    with pytest.raises(ValidationError) as caught:
-        CitationRunnable(generator=value)
-    message = str(caught.value)
-    assert named in message
-    assert "has no answer() or answer_stream()" in message
-
-
 def test_no_generator_loads_the_embedded_default_on_first_use(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

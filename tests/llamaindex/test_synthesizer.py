@@ -57,6 +57,7 @@ from citeformer.testing import FakeGenerator
 from citeformer.types import TITLE_KEYS
 from citeformer_llamaindex import CitationSynthesizer, CiteformerLLM
 from citeformer_llamaindex.nodes import metadata_title
+from tests.event_loop import cancel_while_reading
 from tests.llamaindex.common import (
     CONTEXT_WORDS,
     TEXTS,
@@ -229,23 +230,6 @@ def test_additional_source_nodes_come_after_the_cited_ones() -> None:
 
 
 # -- the generator ----------------------------------------------------------------------------
-
-
-class OldStyleGenerator:
-    """The generate/stream surface alone, without answer/answer_stream."""
-
-    def generate(self, *args: Any) -> None: ...
-
-    def stream(self, *args: Any) -> None: ...
-
-
-@pytest.mark.parametrize(
-    ("value", "named"),
-    [("SmolLM2", "'SmolLM2' of type str"), (OldStyleGenerator(), "of type OldStyleGenerator")],
-)
-def test_a_generator_without_answer_is_refused_at_construction(value: Any, named: str) -> None:
-    with pytest.raises(InputTypeError, match=f"{named}.*has no answer\\(\\) or answer_stream"):
-        CitationSynthesizer(value)
 
 
 def test_the_default_model_loads_on_first_use(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -430,17 +414,7 @@ def test_a_reader_that_leaves_an_async_response_stops_the_generation_at_once(
             await anext(reader)
             await reader.aclose()
         else:
-            first = asyncio.Event()
-
-            async def read() -> None:
-                async for _ in reader:
-                    first.set()
-
-            task = asyncio.create_task(read())
-            await first.wait()
-            task.cancel()  # while the next piece is being generated
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            await cancel_while_reading(reader)  # while the next piece is being generated
         (stream,) = generator.streams
         assert stream.closed and not stream.finished
         assert stream.generated <= 2  # the piece read, and at most the one in flight

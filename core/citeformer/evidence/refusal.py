@@ -29,11 +29,12 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from citeformer.errors import InvalidInputError, check_float, shown
 from citeformer.evidence.scoring import content_words
 from citeformer.grammar.rules import refusal_flaw
-from citeformer.types import Source
+from citeformer.types import CitedAnswer, RefusalCheck, Source
 
 __all__ = [
     "ASKING_WORDS",
@@ -42,6 +43,7 @@ __all__ = [
     "SUPPORT_MEASURES",
     "Band",
     "Refusal",
+    "RequestWeighing",
     "embedding_support",
     "lexical_cover",
     "lexical_support",
@@ -304,3 +306,80 @@ def embedding_support(question: str, sources: Sequence[Source]) -> float:
     texts = [f"{s.title}: {s.text}" if s.title else s.text for s in sources]
     query, *vectors = embed([question, *texts])
     return max(sum(a * b for a, b in zip(query, v, strict=True)) for v in vectors)
+
+
+# -- one request, weighed ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestWeighing:
+    """What one request's ``refusal`` makes of its question and sources, weighed once.
+
+    ``GenerationRequest.weighing`` is this; its ``refusal_*`` properties read it.
+    """
+
+    refusal: Refusal | None
+    """The request's refusal; ``None``: every answer is generated."""
+
+    question: str
+    """The question weighed."""
+
+    sources: tuple[Source, ...]
+    """The sources it is weighed against."""
+
+    history: tuple[tuple[str, str], ...] = ()
+    """Earlier turns: a follow-up is also weighed with the user's turn before it."""
+
+    constrained: bool = True
+    """Whether the grammar is enforced; without it nothing is weighed."""
+
+    @cached_property
+    def check(self) -> RefusalCheck | None:
+        """What weighing the question against the sources gave: every answer's ``refusal``.
+
+        ``None`` without ``refusal`` or the grammar, or with nothing to decide (a threshold of 0
+        and no offer). The question is weighed once, for the band, the support and the reason.
+        """
+        refusal = self.refusal
+        if refusal is None or not self.constrained or not refusal.decides:
+            return None
+        weighed = refusal.weigh(self.question, self.sources, self.history)
+        return RefusalCheck(
+            measure=refusal.support, support=weighed[0], threshold=refusal.limit,
+            offer_below=refusal.offer_below, band=refusal.band_at(weighed[0]).value,
+            reason=refusal.explain(self.question, self.sources, self.history, weighed=weighed),
+        )
+
+    @property
+    def band(self) -> Band:
+        """What the sources' support of the question lets the answer be (``Refusal.band``).
+
+        ``Band.ANSWER`` without ``refusal`` or without the grammar; where the thresholds alone
+        decide it (a serving engine's processor), nothing is weighed.
+        """
+        if self.refusal is not None and self.constrained:
+            known = self.refusal.known_band()
+            if known is not None:
+                return known
+        check = self.check
+        return Band.ANSWER if check is None else Band(check.band)
+
+    @property
+    def offered(self) -> str | None:
+        """The refusal sentence when the model may choose it (``Band.OFFER``), else ``None``."""
+        if self.refusal is not None and self.band is Band.OFFER:
+            return self.refusal.text
+        return None
+
+    def refused(self) -> CitedAnswer | None:
+        """The refusal answer when the support is too low to run the model (``Band.REFUSE``)."""
+        if self.refusal is None or self.band is not Band.REFUSE:
+            return None
+        return CitedAnswer(
+            text=self.refusal.text, citations=(), sources=self.sources, finish_reason="stop",
+            abstained=True, refusal=self.check,
+        )
+
+    def abstains(self, text: str) -> bool:
+        """Whether ``text`` is the refusal sentence."""
+        return self.refusal is not None and text.strip() == self.refusal.text.strip()

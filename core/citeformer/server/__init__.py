@@ -16,6 +16,7 @@ _sse         server-sent events, parsed as they arrive
 _recheck     the answer re-parsed against the grammar that was sent (xgrammar)
 _assemble    completion bodies and events to a checked CitedAnswer; their errors
 _streams     ServerAnswerStream, AsyncServerAnswerStream
+_handshake   whether a vLLM runs citeformer's steering processor, asked once
 _generator   ServerGenerator
 ```
 """

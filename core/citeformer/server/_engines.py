@@ -91,8 +91,16 @@ def prepare_call(
 
     ``steered`` (vLLM with citeformer's processor): the body carries the steering payload in
     ``vllm_xargs`` and, as structured output, the markers' grammar alone; the processor
-    enforces the request's own grammar (``citeformer.vllm``).
+    enforces the request's own grammar (``citeformer.vllm``). Unsteered, a request that asks
+    for ``evidence`` is refused: no other engine reaches the logits it reweights (evidence left
+    at the library's default is not asked for).
     """
+    if not steered and request.evidence_or(None) is not None:
+        raise InvalidInputError(
+            "evidence= reweights the model's logits, which only a steered engine reaches "
+            "(CiteGenerator, or vLLM with citeformer's steering processor): drop it for "
+            "this ServerGenerator"
+        )
     body: dict[str, Any] = {}
     if model is not None:
         body["model"] = model

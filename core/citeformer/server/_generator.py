@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-import threading
+import asyncio
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from citeformer.answers import WholeAnswer
-from citeformer.decoding.payload import HANDSHAKE, HANDSHAKE_REPLY, PAYLOAD_KEY
-from citeformer.errors import InvalidInputError, ServerResponseError
+from citeformer.generation.forms import AsyncCallForms, CallForms
 from citeformer.request import DEFAULT_POLICY, GenerationRequest, SourceLike, build_request
 from citeformer.server._assemble import body_limit, completed
 from citeformer.server._engines import Engine, ServerCall, check_engine, prepare_call
+from citeformer.server._handshake import STEERING_ENGINES, Handshake
 from citeformer.server._streams import AsyncServerAnswerStream, ServerAnswerStream
 from citeformer.server._transport import (
     DEFAULT_MAX_RETRIES,
@@ -31,14 +31,12 @@ if TYPE_CHECKING:
 
 __all__ = ["STEERING_ENGINES", "ServerGenerator"]
 
-logger = logging.getLogger("citeformer.server")
 
-STEERING_ENGINES = ("vllm",)
-"""The engines that run citeformer's steering processor (``citeformer.vllm``)."""
-_HANDSHAKE_LIMIT_BYTES = 1 << 16
+_Stream = ServerAnswerStream | WholeAnswer
+_AsyncStream = AsyncServerAnswerStream | WholeAnswer
 
 
-class ServerGenerator:
+class ServerGenerator(CallForms[_Stream], AsyncCallForms[_AsyncStream]):
     """Answers from numbered sources through a serving engine's OpenAI-compatible API.
 
     Every ``[k]`` it returns has 1 <= k <= len(sources). The same interface and results as
@@ -54,12 +52,8 @@ class ServerGenerator:
 
     Steering (vLLM): a vLLM started with ``--logits-processors citeformer.vllm:SteeringProcessor``
     runs citeformer's steering inside the engine, as ``CiteGenerator`` does in process: the
-    request's own grammar, evidence-chosen ids and every readability lever. With
-    ``engine="vllm"`` the generator asks the server once (``steers()``) and then sends the
-    steering payload with each request. A vLLM without the processor gets the grammar alone
-    (every marker in range, the prose unsteered, as llama.cpp and SGLang servers always do), and
-    the generator logs a warning saying so; ``steers()`` tells which, ``steering=True`` makes a
-    missing processor an error, ``steering=False`` never steers.
+    request's own grammar, evidence-chosen ids and every readability lever (``steering``). A
+    vLLM without it gets the grammar alone, as llama.cpp and SGLang servers always do.
 
     Retries: a connection error before any answer, or an answer 408, 429 or 5xx, is tried again
     up to ``max_retries`` times, never once an answer has started to arrive. Retry ``a`` (from
@@ -162,17 +156,9 @@ class ServerGenerator:
             max_retries=max_retries, retry_backoff=retry_backoff, transport=transport,
         )
         self.context_length = context_length
-        if steering is not None and not isinstance(steering, bool):
-            raise InvalidInputError(f"steering must be True, False or None, got {steering!r}")
-        if steering and self.engine not in STEERING_ENGINES:
-            raise InvalidInputError(
-                f"steering runs inside vLLM only (citeformer.vllm:SteeringProcessor); a "
-                f"{self.engine} server takes the grammar alone: drop steering=True"
-            )
-        self.steering = steering if self.engine in STEERING_ENGINES else False
+        self._handshake = Handshake(self._transport, self.engine, steering, self.deadline)
+        self.steering = self._handshake.steering
         """The steering setting: ``None`` (ask the server), ``True`` or ``False``."""
-        self._steers: bool | None = None if self.steering is not False else False
-        self._steers_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ServerGenerator({self.base_url!r}, {self.model!r}, engine={self.engine!r})"
@@ -209,76 +195,29 @@ class ServerGenerator:
             ServerConnectionError: The server cannot be reached.
             ServerResponseError: It answers with an error.
         """
-        return self._transport.served_model(self._start())
+        return self._transport.served_model(Deadline(self.deadline, self.base_url))
 
     async def acheck(self) -> str:
         """Async ``check``."""
+        deadline = Deadline(self.deadline, self.base_url)
         async with self._transport.aclient() as client:
-            return await self._transport.aserved_model(client, self._start())
+            return await self._transport.aserved_model(client, deadline)
 
     def steers(self) -> bool:
         """Whether answers are steered inside the engine (asked of the server once, then kept).
 
-        vLLM runs citeformer's processor when it was started with ``--logits-processors
-        citeformer.vllm:SteeringProcessor``: the server then refuses a handshake request with
-        the processor's reply (HTTP 400, before anything is generated). A server without it
-        answers the handshake (one token), and answers are then the grammar's alone.
+        A vLLM running citeformer's processor refuses a handshake request with the processor's
+        reply (HTTP 400, before anything is generated); one without it answers (one token), and
+        its answers are then the grammar's alone, with a warning logged.
 
         Raises:
             InvalidInputError: ``steering=True`` and the server does not run the processor.
         """
-        if self._steers is None:
-            with self._steers_lock:
-                if self._steers is None:
-                    self._steers = self._settle(self._handshake())
-        return self._steers
+        return self._handshake.steers()
 
     async def asteers(self) -> bool:
         """Async ``steers``."""
-        if self._steers is None:
-            found = await self._ahandshake()
-            with self._steers_lock:
-                if self._steers is None:
-                    self._steers = self._settle(found)
-        return self._steers
-
-    def _handshake(self) -> bool:
-        deadline = self._start()
-        try:
-            response = self._transport.post("/chat/completions", _HANDSHAKE_BODY, deadline)
-            self._transport.read(response, deadline, _HANDSHAKE_LIMIT_BYTES)
-        except ServerResponseError as error:
-            return _handshake_answered(error)
-        return False
-
-    async def _ahandshake(self) -> bool:
-        deadline = self._start()
-        try:
-            async with self._transport.aclient() as client:
-                response = await self._transport.apost(
-                    client, "/chat/completions", _HANDSHAKE_BODY, deadline
-                )
-                await self._transport.aread(response, deadline, _HANDSHAKE_LIMIT_BYTES)
-        except ServerResponseError as error:
-            return _handshake_answered(error)
-        return False
-
-    def _settle(self, found: bool) -> bool:
-        if found:
-            return True
-        if self.steering:
-            raise InvalidInputError(
-                f"steering=True, but the vLLM server at {self.base_url} does not run "
-                "citeformer's steering processor: start it with --logits-processors "
-                "citeformer.vllm:SteeringProcessor (citeformer installed in its environment), "
-                "or pass steering=None to fall back to the grammar alone"
-            )
-        logger.warning(
-            "the vLLM server at %s does not run citeformer's steering processor: answers carry "
-            "the citation grammar alone, without evidence or readability steering (start it "
-            "with --logits-processors citeformer.vllm:SteeringProcessor)", self.base_url,
-        )
-        return False
+        return await self._handshake.asteers()
 
     def close(self) -> None:
         """Close the pooled connections (also done on leaving a ``with`` block)."""
@@ -303,63 +242,24 @@ class ServerGenerator:
         request = build_request(question, sources, policy, **options)
         return dict(self._call(request, stream=stream, steered=self._steered(request)).body)
 
-    def generate(
-        self, question: str, sources: Sequence[SourceLike], policy: Policy | str = DEFAULT_POLICY,
-        **options: Unpack[GenerationOptions],
-    ) -> CitedAnswer:
-        """Answer ``question`` from ``sources``, as ``CiteGenerator.generate`` does.
+    def answer(self, request: GenerationRequest) -> CitedAnswer:
+        """The answer to a checked request (what ``generate`` runs), as ``CiteGenerator``'s.
 
-        The options are those of ``citeformer.GenerationOptions``, checked before anything is
-        sent. ``prompt`` replaces the chat messages with text you rendered yourself (sent to
+        ``prompt`` replaces the chat messages with text you rendered yourself (sent to
         ``/v1/completions``); ``constrained=False`` sends no grammar, for comparisons only.
-        ``evidence`` reweights a local model's logits, which no server exposes: passing one
-        raises ``InvalidInputError``.
+        ``evidence`` reweights a model's logits, which only a steered server reaches: passing
+        one to another raises ``InvalidInputError``. A request the sources cannot answer
+        (``GenerationRequest.refused``) sends nothing.
 
         Raises:
             ServerIgnoredGrammarError: The answer breaks the grammar that was sent.
             ServerConnectionError: The server cannot be reached, or the deadline passed.
             ServerResponseError: The server answers with an error or a malformed body.
         """
-        return self.answer(build_request(question, sources, policy, **options))
-
-    async def agenerate(
-        self, question: str, sources: Sequence[SourceLike], policy: Policy | str = DEFAULT_POLICY,
-        **options: Unpack[GenerationOptions],
-    ) -> CitedAnswer:
-        """Async ``generate``."""
-        return await self.aanswer(build_request(question, sources, policy, **options))
-
-    def stream(
-        self, question: str, sources: Sequence[SourceLike], policy: Policy | str = DEFAULT_POLICY,
-        **options: Unpack[GenerationOptions],
-    ) -> ServerAnswerStream | WholeAnswer:
-        """Like ``generate``, but an iterator of text chunks as the server sends them (SSE).
-
-        As with ``CiteGenerator.stream``, a marker is held back until its ``]`` arrives and the
-        chunks join to ``stream.answer.text``; text the grammar refuses raises before it is
-        yielded. A connection lost mid-answer raises ``ServerConnectionError`` and leaves no
-        ``answer``. Arguments are checked before this returns. Token counts are those of the
-        stream's last ``usage`` event; a server that sends none (llama-cpp-python's) leaves
-        ``prompt_tokens`` at 0 and ``generated_tokens`` counts the text pieces received.
-        """
-        return self.answer_stream(build_request(question, sources, policy, **options))
-
-    def astream(
-        self, question: str, sources: Sequence[SourceLike], policy: Policy | str = DEFAULT_POLICY,
-        **options: Unpack[GenerationOptions],
-    ) -> AsyncServerAnswerStream | WholeAnswer:
-        """Async ``stream``: ``async for chunk in gen.astream(...)``, then ``.answer``."""
-        return self.aanswer_stream(build_request(question, sources, policy, **options))
-
-    def answer(self, request: GenerationRequest) -> CitedAnswer:
-        """The answer to a checked request (what ``generate`` runs).
-
-        A request the sources cannot answer (``GenerationRequest.refused``) sends nothing.
-        """
         if (refused := request.refused()) is not None:
             return refused
         call = self._call(request, stream=False, steered=self._steered(request))
-        deadline = self._start()
+        deadline = Deadline(self.deadline, self.base_url)
         response = self._transport.post(call.path, call.body, deadline)
         return completed(call, self._transport.read(response, deadline, body_limit(call)))
 
@@ -367,61 +267,52 @@ class ServerGenerator:
         """Async ``answer``."""
         if (refused := request.refused()) is not None:
             return refused
-        steered = request.constrained and await self.asteers()
-        call = self._call(request, stream=False, steered=steered)
-        deadline = self._start()
+        call = await self._acall(request, stream=False)
+        deadline = Deadline(self.deadline, self.base_url)
         async with self._transport.aclient() as client:
             response = await self._transport.apost(client, call.path, call.body, deadline)
             body = await self._transport.aread(response, deadline, body_limit(call))
-        return completed(call, body)
+        # Checking it compiles the grammar sent (the first time): off the event loop.
+        return await asyncio.to_thread(completed, call, body)
 
     def answer_stream(self, request: GenerationRequest) -> ServerAnswerStream | WholeAnswer:
-        """A stream of the answer to a checked request (what ``stream`` returns).
+        """A stream of the answer to a checked request (what ``stream`` returns), as sent (SSE).
 
-        A refusal, which sends nothing, is one chunk.
+        As with ``CiteGenerator``'s, a marker is held back until its ``]`` arrives and the
+        chunks join to ``stream.answer.text``; text the grammar refuses raises before it is
+        yielded. A connection lost mid-answer raises ``ServerConnectionError`` and leaves no
+        ``answer``. Token counts are those of the stream's last ``usage`` event; a server that
+        sends none (llama-cpp-python's) leaves ``prompt_tokens`` at 0 and ``generated_tokens``
+        counts the text pieces received. A refusal, which sends nothing, is one chunk.
         """
         if (refused := request.refused()) is not None:
             return WholeAnswer(refused)
         call = self._call(request, stream=True, steered=self._steered(request))
         return ServerAnswerStream(self._transport, call, self.deadline)
 
-    def aanswer_stream(
-        self, request: GenerationRequest
-    ) -> AsyncServerAnswerStream | WholeAnswer:
-        """Async ``answer_stream`` (the first steered call asks the server, as ``steers``)."""
+    def aanswer_stream(self, request: GenerationRequest) -> AsyncServerAnswerStream | WholeAnswer:
+        """Async ``answer_stream``.
+
+        The first steered call asks whether the server steers (``asteers``) on its first chunk,
+        never blocking the event loop; once that is known, a bad option raises here.
+        """
         if (refused := request.refused()) is not None:
             return WholeAnswer(refused)
+        if request.constrained and self._handshake.known is None:
+            return AsyncServerAnswerStream(
+                self._transport, partial(self._acall, request, stream=True), self.deadline
+            )
         call = self._call(request, stream=True, steered=self._steered(request))
         return AsyncServerAnswerStream(self._transport, call, self.deadline)
 
     def _steered(self, request: GenerationRequest) -> bool:
-        return request.constrained and self._steers is not False and self.steers()
+        return request.constrained and self._handshake.known is not False and self.steers()
+
+    async def _acall(self, request: GenerationRequest, *, stream: bool) -> ServerCall:
+        steered = request.constrained and await self.asteers()
+        return self._call(request, stream=stream, steered=steered)
 
     def _call(self, request: GenerationRequest, *, stream: bool, steered: bool) -> ServerCall:
-        if not steered and request.evidence_or(None) is not None:
-            raise InvalidInputError(
-                "evidence= reweights the model's logits, which only a steered engine reaches "
-                "(CiteGenerator, or vLLM with citeformer's steering processor): drop it for "
-                "this ServerGenerator"
-            )
-        # Unsteered, evidence left at the library's default is not asked for: nothing to reweight.
         return prepare_call(
             request, self.engine, self.base_url, model=self.model, stream=stream, steered=steered
         )
-
-    def _start(self) -> Deadline:
-        return Deadline(self.deadline, self.base_url)
-
-
-_HANDSHAKE_BODY: dict[str, Any] = {
-    "messages": [{"role": "user", "content": "?"}],
-    "max_tokens": 1,
-    "vllm_xargs": {PAYLOAD_KEY: HANDSHAKE},
-}
-
-
-def _handshake_answered(error: ServerResponseError) -> bool:
-    """Whether an error to the handshake is the processor's reply; any other error is raised."""
-    if error.status_code == 400 and HANDSHAKE_REPLY in error.body:
-        return True
-    raise error

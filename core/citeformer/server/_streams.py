@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import httpx
 
@@ -16,7 +17,7 @@ from citeformer.server._transport import Deadline, Transport
 
 
 class _ServerStream(StreamedAnswer):
-    """What both streams are handed: the transport, the prepared call and the deadline."""
+    """What a stream is handed: the transport, the prepared call and the deadline."""
 
     def __init__(self, transport: Transport, call: ServerCall, deadline: float | None) -> None:
         super().__init__()
@@ -48,19 +49,34 @@ class ServerAnswerStream(_ServerStream):
             yield rest
 
 
-class AsyncServerAnswerStream(_ServerStream):
-    """Async ``ServerAnswerStream``: ``async for chunk in stream``, then ``stream.answer``."""
+class AsyncServerAnswerStream(StreamedAnswer):
+    """Async ``ServerAnswerStream``: ``async for chunk in stream``, then ``stream.answer``.
+
+    Nothing in it blocks the event loop: a call still to be prepared (``call`` a coroutine
+    function: the first steered call asks the server whether it steers) is awaited on the first
+    chunk, and the grammar the answer is checked against is compiled in a worker thread.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        call: ServerCall | Callable[[], Awaitable[ServerCall]],
+        deadline: float | None,
+    ) -> None:
+        super().__init__()
+        self._transport = transport
+        self._call = call
+        self._deadline = deadline
 
     def __aiter__(self) -> AsyncIterator[str]:
         self._start()
         return self._chunks()
 
     async def _chunks(self) -> AsyncIterator[str]:
-        run = _Run(self._call, self._deadline)
+        call = self._call if isinstance(self._call, ServerCall) else await self._call()
+        run = await asyncio.to_thread(_Run, call, self._deadline)
         async with self._transport.aclient() as client:
-            response = await self._transport.apost(
-                client, self._call.path, self._call.body, run.deadline
-            )
+            response = await self._transport.apost(client, call.path, call.body, run.deadline)
             async with contextlib.aclosing(response):
                 with run.reading():
                     async for event in run.aevents(self._transport.atext(response, run.deadline)):

@@ -270,13 +270,17 @@ class Transport:
                 self._client = httpx.Client(**self._client_options(DeadlineTransport))
             return self._client
 
-    def aclient(self) -> httpx.AsyncClient:
-        """A client for one async call.
+    @contextlib.asynccontextmanager
+    async def aclient(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A client for one async call, closed after it: ``async with transport.aclient()``.
 
         An ``AsyncClient`` belongs to the event loop it first ran on; the next call may run on
-        another.
+        another. The CA certificates are loaded (once) in a worker thread, off the event loop.
         """
-        return httpx.AsyncClient(**self._client_options(AsyncDeadlineTransport))
+        if self._ssl is None:
+            await asyncio.to_thread(self._ssl_context)
+        async with httpx.AsyncClient(**self._client_options(AsyncDeadlineTransport)) as client:
+            yield client
 
     def close(self) -> None:
         with self._client_lock:
@@ -289,19 +293,23 @@ class Transport:
         """Whether no pooled connection is held."""
         return self._client is None
 
-    def _client_options(
-        self, network: type[DeadlineTransport] | type[AsyncDeadlineTransport]
-    ) -> dict[str, Any]:
-        """A client's options; its transport the given one, else ``network`` (the deadline's)."""
+    def _ssl_context(self) -> ssl.SSLContext:
         with self._ssl_lock:
             # Loading the CA certificates is most of the cost of a new client (about 0.1 s):
             # the async calls, one client each, share one context.
             if self._ssl is None:
                 self._ssl = httpx.create_ssl_context()
-        transport = self._transport if self._transport is not None else network(self._ssl)
+            return self._ssl
+
+    def _client_options(
+        self, network: type[DeadlineTransport] | type[AsyncDeadlineTransport]
+    ) -> dict[str, Any]:
+        """A client's options; its transport the given one, else ``network`` (the deadline's)."""
+        ssl_context = self._ssl_context()
+        transport = self._transport if self._transport is not None else network(ssl_context)
         return {
             "base_url": self.base_url, "headers": self._headers, "auth": self._auth,
-            "timeout": self.timeout, "transport": transport, "verify": self._ssl,
+            "timeout": self.timeout, "transport": transport, "verify": ssl_context,
         }
 
 

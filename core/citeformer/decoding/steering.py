@@ -276,7 +276,7 @@ class Steering:
             steered = dict(rows)
             raw = reader.before(
                 logits, reading, shares=lambda i: steered[i].shares(),
-                may_share=lambda i: bool(steered[i]._sharing) and steered[i].may_share(),
+                may_share=lambda i: steered[i].may_share(),
             )
         grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
         allowed: dict[int, int] = {}

@@ -21,11 +21,12 @@ the default ``generate_batch`` (the default dtype, the steering) and by a plain 
 transformers ``generate`` batch of the same model and prompts (no grammar, no levers), 100 new
 tokens, best of 2.
 
-``grammar``: the grammar's mask alone, per row and step, one thread: the ``REQUIRED`` grammar as
-a serving engine is sent it (words bounded in the grammar, ``char{1,32}``) against the one
-citeformer's own matcher fills (``local_grammar``: ``char+``, bounded by ``WordBound`` in the
-bitmask), fed the stored greedy answers of the technical held-out questions
-(``results/same_answers.json``) token by token.
+``grammar``: the grammar's mask alone, per row and step, one thread, on SmolLM2's vocabulary and
+``--family``'s: the ``REQUIRED`` grammar as a serving engine is sent it (words, sentences and
+dotted terms' edges bounded in the grammar) against the one citeformer's own matcher fills
+(``local_grammar``, with ``WordBound`` bounding in the bitmask what the grammar leaves out), fed
+the stored greedy answers of every labeled set's held-out questions
+(``results/same_answers.json``) token by token; split by whether the request spells dotted terms.
 
 ``shapes``: what the shape of the sentence's words rule costs xgrammar's fill, one row, one
 thread, on SmolLM2's vocabulary and ``--family``'s: a sentence of words written as today's
@@ -192,46 +193,77 @@ def family_section(family: str, tokens: int) -> dict[str, Any]:
     return {"family": family, "vocab": len(tokenizer), "32": line}
 
 
-def grammar_section() -> dict[str, Any]:
+def grammar_section(family: str) -> dict[str, Any]:
     import xgrammar as xgr
 
     from citeformer.decoding.steering import local_grammar
     from citeformer.decoding.vocab import Vocabulary
-    from citeformer.decoding.word_bound import WordBound
 
-    gen = CiteGenerator.default(progress=False, dtype="float32")
-    info = gen.tokenizer_info
-    vocab = Vocabulary.cached(info)
-    compiler = xgr.GrammarCompiler(info, max_threads=1)
+    sys.path.insert(0, str(HERE.parent))
+    from tests.vocab import family_tokenizer
+
     stored = json.loads(ANSWERS.read_text())["answers"]
-    bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
-    seconds: dict[str, list[float]] = {"bounded": [], "local": []}
-    for item in held_out(len([i for i in load_dataset("technical") if i.split != "dev"])):
-        request = build_request(item.question, item.sources())
-        text = stored[f"technical/required/{item.id}"]["text"]
-        ids = gen.tokenizer.encode(text, add_special_tokens=False)
-        for arm in seconds:
-            grammar = (
-                request.grammar_text(spell_quotes=False) if arm == "bounded"
-                else local_grammar(request)
-            )
-            matcher = xgr.GrammarMatcher(compiler.compile_grammar(grammar))
-            bound = WordBound(vocab, request.grammar.max_word_chars, gen.stop_token_ids)
-            row = bitmask.numpy()[0]
-            for token in ids:
-                started = time.perf_counter()
-                matcher.fill_next_token_bitmask(bitmask)
-                if arm == "local":
-                    bound.restrict(row)
-                seconds[arm].append(time.perf_counter() - started)
-                if not matcher.accept_token(token):
-                    break
-                bound.advance(token)
-    found = {arm: _us(values) for arm, values in seconds.items()}
-    for arm, line in found.items():
-        print(f"grammar {arm:>7}: {line['median']:.0f} µs/row (p99 {line['p99']:.0f}), "
-              f"{line['n']} steps", flush=True)
+    cases = []
+    for dataset in ("encyclopedic", "technical", "api", "paraphrase"):
+        for item in load_dataset(dataset):
+            answer = stored.get(f"{dataset}/required/{item.id}")
+            if item.split != "dev" and answer and answer["finish_reason"] == "stop":
+                request = build_request(item.question, item.sources())
+                if not request.abstains(answer["text"]):  # the refusal is a literal
+                    cases.append((request, answer["text"]))
+    tokenizers = {"smollm2": CiteGenerator.default(progress=False).tokenizer,
+                  family: family_tokenizer(family)}
+    found: dict[str, Any] = {}
+    for name, tokenizer in tokenizers.items():
+        info = xgr.TokenizerInfo.from_huggingface(tokenizer)
+        vocab = Vocabulary.cached(info)
+        compiler = xgr.GrammarCompiler(info, max_threads=1)
+        bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
+        row = bitmask.numpy()[0]
+        line: dict[str, Any] = {}
+        for arm in ("bounded", "local"):
+            seconds: dict[str, list[float]] = {"terms": [], "no terms": []}
+            for request, text in cases:
+                grammar = (request.grammar_text(spell_quotes=False) if arm == "bounded"
+                           else local_grammar(request))
+                matcher = xgr.GrammarMatcher(compiler.compile_grammar(grammar))
+                bound = _word_bound(request, vocab, info.stop_token_ids) if arm == "local" else None
+                kind = seconds["terms" if request.terms else "no terms"]
+                for token in tokenizer.encode(text, add_special_tokens=False):
+                    started = time.perf_counter()
+                    matcher.fill_next_token_bitmask(bitmask)
+                    if bound is not None:
+                        bound.restrict(row)
+                    kind.append(time.perf_counter() - started)
+                    if not matcher.accept_token(token):
+                        raise AssertionError(f"{arm} refused {text!r} at token {token}")
+                    if bound is not None:
+                        bound.advance(token)
+            both = seconds["terms"] + seconds["no terms"]
+            line[arm] = {"all": _us(both), **{key: _us(values) for key, values in seconds.items()}}
+            print(f"{name} ({info.vocab_size} tokens) {arm:>7}: mean {_mean_us(both):.0f} µs/row "
+                  f"(median {line[arm]['all']['median']:.0f}); with terms "
+                  f"{_mean_us(seconds['terms']):.0f}, without {_mean_us(seconds['no terms']):.0f}"
+                  f" ({len(both)} steps)", flush=True)
+            line[arm]["mean"] = _mean_us(both)
+        found[name] = line
     return found
+
+
+def _word_bound(request: Any, vocab: Any, stop_ids: Any) -> Any:
+    """The request's ``WordBound`` as the steering makes it (in a tree before ``word_bound_for``
+    too)."""
+    from citeformer.decoding import word_bound
+
+    if hasattr(word_bound, "word_bound_for"):
+        return word_bound.word_bound_for(request, vocab, stop_ids)
+    if not word_bound.bounds_words(request):
+        return None
+    return word_bound.WordBound(vocab, request.grammar.max_word_chars, stop_ids)
+
+
+def _mean_us(seconds: list[float]) -> float:
+    return sum(seconds) / max(1, len(seconds)) * 1e6
 
 
 SHAPES = {
@@ -357,15 +389,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.memory_child:
         memory_child(args.tokens)
         return
-    stored: dict[str, Any] = json.loads(OUT.read_text()) if OUT.exists() else {}
-    entry = stored.setdefault(args.label, {})
     for section in args.sections:
         if section == "steps":
             found = steps_section(args.tokens)
         elif section == "end_to_end":
             found = end_to_end_section(args.tokens)
         elif section == "grammar":
-            found = grammar_section()
+            found = grammar_section(args.family)
         elif section == "lengths":
             found = lengths_section()
         elif section == "family":
@@ -374,7 +404,9 @@ def main(argv: list[str] | None = None) -> None:
             found = shapes_section(args.family)
         else:
             found = memory_section(args.tokens, args.threads)
-        entry[section] = {"threads": args.threads, **found}
+        # Read again before each write: runs of two trees side by side merge, not overwrite.
+        stored: dict[str, Any] = json.loads(OUT.read_text()) if OUT.exists() else {}
+        stored.setdefault(args.label, {})[section] = {"threads": args.threads, **found}
         OUT.write_text(json.dumps(stored, indent=1) + "\n")
     print(f"wrote {OUT} [{args.label}]")
 

@@ -308,17 +308,20 @@ class GenerationRequest:
             instructions = base + self.refusal.instruction()
         return build_messages(self.question, self.sources, self.policy, instructions, self.history)
 
-    def grammar_text(self, *, spell_quotes: bool, bound_words: bool = True) -> str:
+    def grammar_text(
+        self, *, spell_quotes: bool, bound_words: bool = True, count_words: bool = True
+    ) -> str:
         """The GBNF grammar of this request.
 
         ``spell_quotes``: write the verbatim quotes of each source out as grammar rules (for a
         serving engine); local generation enforces them with ``QuoteGuard`` instead.
-        ``bound_words=False``: leave ``max_word_chars`` to ``WordBound`` (local generation).
+        ``bound_words=False``, ``count_words=False``: leave ``max_word_chars``, and
+        ``max_sentence_words``, to ``WordBound`` (local generation).
         """
         quote_sources = self.sources if spell_quotes and self.quotable_chars is not None else None
         return render_grammar(
             self.n_sources, self.policy, self.grammar, quote_sources, self.terms,
-            bound_words=bound_words, refusal=self.offered_refusal,
+            bound_words=bound_words, count_words=count_words, refusal=self.offered_refusal,
         )
 
     def replace(self, **changes: Any) -> GenerationRequest:

@@ -31,7 +31,12 @@ from citeformer.decoding.edits import StepEdits, Wanted, WantedReader
 from citeformer.decoding.levers import AnswerState, Lever, levers_for
 from citeformer.decoding.quote_guard import QuoteGuard
 from citeformer.decoding.vocab import Vocabulary
-from citeformer.decoding.word_bound import WordBound, bounds_words
+from citeformer.decoding.word_bound import (
+    WordBound,
+    bounds_words,
+    counts_words,
+    word_bound_for,
+)
 from citeformer.errors import GrammarViolationError
 from citeformer.request import GenerationRequest
 
@@ -206,12 +211,15 @@ def _refused(token_id: int) -> GrammarViolationError:
 def local_grammar(request: GenerationRequest) -> str:
     """The grammar text a ``RowSteering``'s matcher is compiled from.
 
-    The request's grammar with its quotes left to ``QuoteGuard`` and its word length to
-    ``WordBound`` where it ``bounds_words`` (``steering_for`` adds both): together they allow
-    exactly the tokens of the grammar a serving engine is sent, and fill a mask several times
-    faster.
+    The request's grammar with its quotes left to ``QuoteGuard``, its word length to
+    ``WordBound`` where it ``bounds_words`` and its sentences' word count where it
+    ``counts_words`` (``steering_for`` adds both): together they allow exactly the tokens of the
+    grammar a serving engine is sent, and fill a mask several times faster.
     """
-    return request.grammar_text(spell_quotes=False, bound_words=not bounds_words(request))
+    return request.grammar_text(
+        spell_quotes=False, bound_words=not bounds_words(request),
+        count_words=not counts_words(request),
+    )
 
 
 def steering_for(
@@ -227,9 +235,7 @@ def steering_for(
     engine's vocabulary (``None`` where the engine masks the grammar itself), ``stop_ids`` the ids
     that end an answer there. Evidence left to the generator is lexical.
     """
-    word_bound = None
-    if matcher is not None and bounds_words(request):
-        word_bound = WordBound(vocab, request.grammar.max_word_chars, stop_ids)
+    word_bound = None if matcher is None else word_bound_for(request, vocab, stop_ids)
     guard = None
     if request.quotable_chars is not None:
         guard = QuoteGuard(

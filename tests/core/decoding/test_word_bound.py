@@ -1,12 +1,15 @@
-"""The word bound in the bitmask: with the unbounded grammar, exactly the bounded grammar's tokens.
+"""The word bounds in the bitmask: with the unbounded grammar, exactly the bounded grammar's tokens.
 
-Random walks through the ``REQUIRED`` grammar with a short word bound, on a toy vocabulary and on
-real tokenizers: at every step the bitmask of the grammar with ``char{1,N}`` must equal the one
-of ``char+`` restricted by ``WordBound``, bit for bit, dotted terms included.
+Random walks through the ``REQUIRED`` grammar with a short word bound and few words a sentence, on
+a toy vocabulary and on real tokenizers: at every step the bitmask of the grammar with
+``char{1,N}`` and ``word (" " word){0,W-1}`` must equal the one of the local grammar (``char+``,
+no word count, one run of characters where no dotted term is) restricted by ``WordBound``, bit for
+bit, dotted terms and an offered refusal included.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -17,7 +20,13 @@ import xgrammar as xgr
 from citeformer import GrammarViolationError, build_request
 from citeformer.decoding.steering import local_grammar, steering_for
 from citeformer.decoding.vocab import Vocabulary
-from citeformer.decoding.word_bound import WordBound, bounds_words
+from citeformer.decoding.word_bound import (
+    WordBound,
+    bounds_words,
+    counts_words,
+    word_bound_for,
+)
+from citeformer.evidence.refusal import Refusal
 from citeformer.grammar.rules import TERM_EDGE_CHARS
 from tests.vocab import FAMILIES, family_tokenizer
 
@@ -28,13 +37,25 @@ TOY = [
     "<eos>", "a", "b", "ab", "abc", "abcd", "abcdefgh", " ", " a", " ab", " abcdef", "[", " [",
     "1", "2", "]", "].", ".", "!", "(", "((((", "str", ".join", "os", ".path", ".j", "3", ".8",
     "v", "é", "\xe9t\xe9", "a b", "ab cdefghij", "x" * 12, " " + "y" * 10, "s.join(", "ab.",
+    "]. A", "]. a b", " a b c", " [1", "][", "The", " sources", " do", " not", " say", ".",
+    "joinxyz", "inabcdefg", ".8abcdefghi", "8abcd", "xyz ", "str.", "s.joinabcdefgh",
 ]
+OFFERED = Refusal(text="The sources do not say.", threshold=0, offer_below=math.inf)
+"""A refusal every answer may choose, of 5 words."""
 
 
-def requests(max_word_chars: int) -> list[Any]:
-    built = [build_request(QUESTION, SOURCES, max_word_chars=max_word_chars, source_terms=False)]
+def requests(max_word_chars: int, max_sentence_words: int = 24) -> list[Any]:
+    def build(**options: Any) -> Any:
+        return build_request(
+            QUESTION, SOURCES, max_word_chars=max_word_chars,
+            max_sentence_words=max_sentence_words, **options,
+        )
+
+    built = [build(source_terms=False)]
+    if max_word_chars >= len("sources"):  # the refusal's longest word
+        built.append(build(source_terms=False, refusal=OFFERED))
     if max_word_chars - TERM_EDGE_CHARS >= 3:  # the terms' first parts: str, os, 3 and v3
-        built.append(build_request(QUESTION, SOURCES, max_word_chars=max_word_chars))
+        built.append(build())
     assert all(bounds_words(request) for request in built)
     return built
 
@@ -44,12 +65,15 @@ def bits(bitmask: Any, size: int) -> np.ndarray:
     return np.unpackbits(bitmask.numpy()[0].view(np.uint8), bitorder="little")[:size].astype(bool)
 
 
-def walks(info: xgr.TokenizerInfo, max_word_chars: int, seeds: int, steps: int) -> int:
+def walks(
+    info: xgr.TokenizerInfo, max_word_chars: int, seeds: int, steps: int,
+    max_sentence_words: int = 24,
+) -> int:
     """``walk`` from several seeds for each of ``requests``; the steps compared in all."""
     compiler = xgr.GrammarCompiler(info)
     vocab = Vocabulary(info.decoded_vocab)
     compared = 0
-    for request in requests(max_word_chars):
+    for request in requests(max_word_chars, max_sentence_words):
         bounded = compiler.compile_grammar(request.grammar_text(spell_quotes=False))
         local = compiler.compile_grammar(local_grammar(request))
         for seed in range(seeds):
@@ -63,7 +87,8 @@ def walk(
 ) -> int:
     """Walk the bounded grammar at random; return the steps whose masks were compared."""
     bounded, local = (xgr.GrammarMatcher(grammar) for grammar in grammars)
-    bound = WordBound(vocab, request.grammar.max_word_chars, info.stop_token_ids)
+    bound = word_bound_for(request, vocab, info.stop_token_ids)
+    assert bound is not None and (bound.max_words is not None) == counts_words(request)
     want = xgr.allocate_token_bitmask(1, info.vocab_size)
     got = xgr.allocate_token_bitmask(1, info.vocab_size)
     rng = random.Random(seed)
@@ -77,7 +102,7 @@ def walk(
         expected, found = bits(want, info.vocab_size), bits(got, info.vocab_size)
         differ = np.flatnonzero(expected != found)
         assert not differ.size, (
-            f"masks differ after the word {bound._word!r}: tokens "
+            f"masks differ after the word {bound._word!r} ({bound.words} words): tokens "
             f"{[(int(t), vocab.token_bytes[t], bool(expected[t])) for t in differ[:5]]}"
         )
         compared += 1
@@ -93,9 +118,14 @@ def walk(
     return compared
 
 
-@pytest.mark.parametrize("max_word_chars", [3, 6, 12])
-def test_toy_vocabulary_masks_equal_the_bounded_grammar(max_word_chars: int) -> None:
-    assert walks(xgr.TokenizerInfo(TOY, stop_token_ids=[0]), max_word_chars, 12, 80) > 500
+@pytest.mark.parametrize(
+    ("max_word_chars", "max_sentence_words"), [(3, 24), (6, 2), (8, 6), (12, 3)]
+)
+def test_toy_vocabulary_masks_equal_the_bounded_grammar(
+    max_word_chars: int, max_sentence_words: int
+) -> None:
+    info = xgr.TokenizerInfo(TOY, stop_token_ids=[0])
+    assert walks(info, max_word_chars, 12, 80, max_sentence_words) > 500
 
 
 def test_a_token_past_the_bound_is_refused_when_advanced() -> None:
@@ -108,6 +138,22 @@ def test_a_token_past_the_bound_is_refused_when_advanced() -> None:
         bound.advance(TOY.index("a"))
     bound.advance(TOY.index(" a"))
     assert bound.run == 1
+
+
+def test_a_sentence_past_its_words_or_an_edge_past_a_term_is_refused_when_advanced() -> None:
+    vocab = Vocabulary([raw.encode() for raw in TOY])
+    bound = WordBound(vocab, 32, max_words=2, terms=("str.join",))
+    for token in ("ab", " a"):
+        bound.advance(TOY.index(token))
+    assert bound.words == 2
+    with pytest.raises(GrammarViolationError, match="longer than 2 words"):
+        bound.advance(TOY.index(" ab"))
+    for token in (" [1", "]. A", " ", "str", ".join"):  # a new sentence: its count starts again
+        bound.advance(TOY.index(token))
+    assert bound.words == 2
+    bound.advance(TOY.index("abcdefgh"))  # 8 characters after the term: its edge is full
+    with pytest.raises(GrammarViolationError, match="more than 8 characters after a dotted"):
+        bound.advance(TOY.index("a"))
 
 
 def test_steering_bounds_words_only_where_its_matcher_does_not() -> None:
@@ -144,4 +190,4 @@ def test_real_tokenizer_masks_equal_the_bounded_grammar(
         info = request.getfixturevalue("default_generator").tokenizer_info
     else:
         info = xgr.TokenizerInfo.from_huggingface(family_tokenizer(family))
-    assert walks(info, 14, 3, 40) > 200
+    assert walks(info, 14, 3, 40) + walks(info, 14, 2, 40, max_sentence_words=4) > 300

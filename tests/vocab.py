@@ -2,7 +2,7 @@
 
 The sdist is fetched once with pip (about 77 MB), the three files are extracted, and each
 tokenizer is saved in transformers' own format so later runs load it in well under a second.
-``steering_kit`` gives what the steering core needs beside any tokenizer.
+``steering_kit`` gives what the steering core needs beside any tokenizer: its ``TokenizerKit``.
 """
 
 from __future__ import annotations
@@ -11,13 +11,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import xgrammar as xgr
-
-from citeformer.decoding.vocab import Vocabulary
+from citeformer.decoding.tokenizer_kit import TokenizerKit
 from citeformer.default_model import cache_dir
 
 SDIST = "llama-cpp-python==0.3.36"
@@ -28,23 +25,11 @@ FAMILIES = {
 }
 
 
-@dataclass(frozen=True)
-class SteeringKit:
-    """What the steering core needs beside a tokenizer, as an engine builds it."""
-
-    info: xgr.TokenizerInfo
-    compiler: xgr.GrammarCompiler
-    vocab: Vocabulary
-    stop_ids: list[int]
-
-
-def steering_kit(tokenizer: Any) -> SteeringKit:
-    """The ``SteeringKit`` of a transformers tokenizer; its end of sequence stops an answer."""
-    stop_ids = [tokenizer.eos_token_id]
-    info = xgr.TokenizerInfo.from_huggingface(
-        tokenizer, vocab_size=len(tokenizer), stop_token_ids=stop_ids
+def steering_kit(tokenizer: Any) -> TokenizerKit:
+    """The ``TokenizerKit`` of a transformers tokenizer; its end of sequence stops an answer."""
+    return TokenizerKit(
+        tokenizer, vocab_size=len(tokenizer), stop_token_ids=[tokenizer.eos_token_id]
     )
-    return SteeringKit(info, xgr.GrammarCompiler(info), Vocabulary(info.decoded_vocab), stop_ids)
 
 
 def family_tokenizer(family: str) -> Any:

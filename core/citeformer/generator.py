@@ -41,10 +41,11 @@ __all__ = ["AnswerStream", "CiteGenerator"]
 class CiteGenerator(CallForms["AnswerStream"], BatchCallForms):
     """Answers a question from numbered sources; every ``[k]`` it writes has 1 <= k <= len(sources).
 
-    One generator holds one ``citeformer.decoding.DecodingEngine``: the model, its
-    ``TokenizerInfo``, one ``GrammarCompiler`` and a cache of the last ``GRAMMAR_CACHE_SIZE``
-    compiled grammars, keyed by grammar text. Generations on one generator run one at a time; a
-    batch (``answer_batch``) is one generation, each of its rows under its own grammar.
+    One generator holds one ``citeformer.decoding.DecodingEngine``: the model and its tokenizer's
+    ``TokenizerKit`` (its ``TokenizerInfo``, one ``GrammarCompiler`` and a cache of the last
+    ``GRAMMAR_CACHE_SIZE`` compiled grammars, keyed by grammar text). Generations on one
+    generator run one at a time; a batch (``answer_batch``) is one generation, each of its rows
+    under its own grammar.
 
     Setup:
         ```bash

@@ -25,13 +25,14 @@ import torch
 from transformers.generation.streamers import BaseStreamer
 
 from citeformer.decoding.batching import Prepared, check_one_batch
-from citeformer.decoding.engine import (
-    GRAMMAR_CACHE_SIZE,
-    Decoded,
-    DecodingEngine,
-    end_of_sequence_ids,
-)
+from citeformer.decoding.engine import Decoded, DecodingEngine
 from citeformer.decoding.steering import RowSteering, Steering
+from citeformer.decoding.tokenizer_kit import (
+    GRAMMAR_CACHE_SIZE,
+    TokenizerKit,
+    end_of_sequence_ids,
+    kit_of,
+)
 from citeformer.errors import InvalidInputError, MissingDependencyError, TokenizerMismatchError
 from citeformer.generator import CiteGenerator
 
@@ -45,15 +46,28 @@ class LlamaCppEngine(DecodingEngine):
     """A ``llama_cpp.Llama`` and the HuggingFace tokenizer of the same vocabulary."""
 
     def __init__(
-        self, llama: Any, tokenizer: Any, *, grammar_cache_size: int = GRAMMAR_CACHE_SIZE
+        self,
+        llama: Any,
+        tokenizer: Any = None,
+        *,
+        kit: TokenizerKit | None = None,
+        grammar_cache_size: int = GRAMMAR_CACHE_SIZE,
     ) -> None:
-        vocab_size = int(llama.n_vocab())
-        stop = end_of_sequence_ids(int(llama.token_eos()), tokenizer.eos_token_id)
+        """``llama`` and its ``tokenizer``, or ``kit`` shared with other engines of its vocabulary.
+
+        A new kit ends answers at llama.cpp's end of sequence, then the tokenizer's, and keeps
+        ``grammar_cache_size`` compiled grammars.
+        """
+        eos = int(llama.token_eos())
         super().__init__(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=stop,
-            context_length=int(llama.n_ctx()), grammar_cache_size=grammar_cache_size,
+            kit_of(
+                tokenizer, kit, vocab_size=int(llama.n_vocab()),
+                stop_token_ids=lambda tokenizer: end_of_sequence_ids(eos, tokenizer.eos_token_id),
+                grammar_cache_size=grammar_cache_size,
+            ),
+            context_length=int(llama.n_ctx()),
         )
-        ours = list(tokenizer(ALIGNMENT_PROBE, add_special_tokens=False).input_ids)
+        ours = list(self.tokenizer(ALIGNMENT_PROBE, add_special_tokens=False).input_ids)
         theirs = list(llama.tokenize(ALIGNMENT_PROBE.encode(), add_bos=False, special=False))
         if ours != theirs:
             raise TokenizerMismatchError(

@@ -77,12 +77,7 @@ import xgrammar as xgr
 
 from citeformer.answers import WholeAnswer, cited_answer
 from citeformer.decoding.batching import Prepared, prepare_all
-from citeformer.decoding.engine import (
-    DecodingEngine,
-    answer_text,
-    end_of_sequence_ids,
-    prompt_token_ids,
-)
+from citeformer.decoding.engine import prompt_token_ids
 from citeformer.decoding.payload import (
     HANDSHAKE,
     HANDSHAKE_REPLY,
@@ -90,14 +85,8 @@ from citeformer.decoding.payload import (
     request_from_payload,
     steering_payload,
 )
-from citeformer.decoding.steering import (
-    RowSteering,
-    Steering,
-    advance_all,
-    keep_only,
-    local_grammar,
-    steering_for,
-)
+from citeformer.decoding.steering import RowSteering, Steering, advance_all, keep_only
+from citeformer.decoding.tokenizer_kit import TokenizerKit, answer_text, end_of_sequence_ids
 from citeformer.errors import (
     InputTypeError,
     InvalidInputError,
@@ -216,13 +205,11 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
         model_config = vllm_config.model_config
         tokenizer = cached_tokenizer_from_config(model_config)
         vocab_size = int(model_config.get_vocab_size())
-        # The engine-neutral part of an engine: TokenizerInfo, compiled grammars, the vocabulary.
-        self._engine = DecodingEngine(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=_stop_ids(model_config, tokenizer),
-            context_length=None,
+        self._kit = TokenizerKit(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=_stop_ids(model_config, tokenizer)
         )
-        self._stop_ids = self._engine.stop_token_ids
-        self._vocab = self._engine.vocab  # built now, not at the first steered request
+        self._stop_ids = self._kit.stop_token_ids
+        self._vocab = self._kit.vocab  # built now, not at the first steered request
         self._steering = Steering(vocab_size)
         self._answers: dict[int, _Answer] = {}
         """Steered requests by batch index (V1) or request slot (V2)."""
@@ -362,10 +349,7 @@ class SteeringProcessor(_ModelRunnerV1Processor, _ModelRunnerV2Processor):  # ty
             check.set_exception(error)
             logger.exception("citeformer steering: a request's payload could not be read")
             raise
-        grammar = self._engine.compile(local_grammar(request))
-        return steering_for(
-            request, self._vocab, self._stop_ids, matcher=xgr.GrammarMatcher(grammar)
-        )
+        return self._kit.steering(request)
 
     def _wait_for_checks(self, pending: list[tuple[int, _Answer]]) -> None:
         """Wait, ``WAIT_S`` at most in all, for the checks not yet compiled."""

@@ -204,7 +204,7 @@ def test_a_batch_call_holds_the_grammars_of_one_batch_at_a_time(
     engine = gen.engine
     compiled: list[weakref.ref[Any]] = []
     alive_at_each_batch: list[int] = []
-    real_compile, real_run = engine.compile, engine.run
+    real_compile, real_run = engine.kit.compile, engine.run
 
     @functools.lru_cache(maxsize=2)  # an engine's cache, of two grammars
     def compile_(text: str) -> Any:
@@ -217,7 +217,7 @@ def test_a_batch_call_holds_the_grammars_of_one_batch_at_a_time(
         alive_at_each_batch.append(sum(ref() is not None for ref in compiled))
         return real_run(rows, **kwargs)
 
-    monkeypatch.setattr(engine, "compile", compile_)
+    monkeypatch.setattr(engine.kit, "compile", compile_)
     monkeypatch.setattr(engine, "run", run)
     rows = 12
     questions = [f"What changed in version 3.{row}?" for row in range(rows)]  # a term per row

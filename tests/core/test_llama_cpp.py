@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -94,6 +95,30 @@ def test_a_tokenizer_of_another_vocabulary_is_refused() -> None:
     # 32,000 tokens fit in the model's 49,152 logits, but they split text otherwise.
     with pytest.raises(TokenizerMismatchError, match="would not line up"):
         LlamaCppEngine(llama, family_tokenizer("llama-spm"))
+
+
+def test_a_llama_cpp_and_a_transformers_engine_share_one_kit(embedded_tokenizer: Any) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from citeformer import build_request
+    from citeformer.decoding.batching import Prepared
+    from citeformer.decoding.engine import TransformersEngine
+    from citeformer.default_model import gguf_path
+    from citeformer.llama_cpp import LlamaCppEngine
+
+    llama = llama_cpp.Llama(model_path=str(gguf_path()), vocab_only=True, verbose=False)
+    gguf = LlamaCppEngine(llama, embedded_tokenizer)
+    stand_in = LlamaForCausalLM(LlamaConfig(
+        vocab_size=llama.n_vocab(), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2,
+    ))
+    hf = TransformersEngine(stand_in, kit=gguf.kit)
+    row = Prepared(build_request(QUESTION, SOURCES), [])
+    gguf.steering(row)
+    hf.steering(row)  # its grammar from the kit's cache, compiled once for both engines
+    info = gguf.kit.compile.cache_info()
+    assert (info.hits, info.misses) == (1, 1)
+    assert hf.stop_token_ids == gguf.stop_token_ids and hf.vocab is gguf.vocab
 
 
 def test_from_pretrained_points_to_gguf_files() -> None:

@@ -186,13 +186,13 @@ def slow_compile(
     processor.update_state(BatchUpdate(batch_size=1, removed=[], moved=[],
                                        added=[(0, steered, PROMPT, running)]))
     processor.wait_prepared(timeout=60)
-    fast = processor._engine.compile
+    fast = processor._kit.compile
 
     def slow(grammar: str) -> Any:
         time.sleep(SLOW_COMPILE_S)
         return fast(grammar)
 
-    processor._engine.compile = slow  # type: ignore[method-assign]
+    processor._kit.compile = slow  # type: ignore[method-assign]
     waiting: list[int] = []
     processor.update_state(BatchUpdate(batch_size=2, removed=[], moved=[],
                                        added=[(1, steered, PROMPT, waiting)]))

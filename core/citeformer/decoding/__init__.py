@@ -3,8 +3,10 @@
 The modules:
 
 ```text
-engine        DecodingEngine: tokenizer, compiled grammars; prepare, run, finish; and
-              TransformersEngine, a HuggingFace causal LM's
+engine        DecodingEngine: a request's prepare, run, finish; and TransformersEngine,
+              a HuggingFace causal LM's
+tokenizer_kit TokenizerKit: a tokenizer's TokenizerInfo, compiled grammars, vocabulary and
+              stop ids, shared by the engines and vLLM's processor
 batching      which requests decode together (Prepared rows, decoding keys, bad rows)
 steering      the steering core: grammar masks, quote guard and levers over a batch of logits
 answer_state  one answer as the levers read it, kept token by token at a constant cost
@@ -33,6 +35,7 @@ _EXPORTS = {
     "Lever": "citeformer.decoding.levers",
     "RowSteering": "citeformer.decoding.steering",
     "Steering": "citeformer.decoding.steering",
+    "TokenizerKit": "citeformer.decoding.tokenizer_kit",
     "TransformersEngine": "citeformer.decoding.engine",
     "Vocabulary": "citeformer.decoding.vocab",
     "levers_for": "citeformer.decoding.levers",

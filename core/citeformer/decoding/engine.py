@@ -1,14 +1,15 @@
-"""The decoding engine: a model and everything constrained decoding needs beside it.
+"""The decoding engine: a request's lifecycle on a model, over its tokenizer's kit.
 
-``DecodingEngine`` owns the tokenizer, xgrammar's ``TokenizerInfo`` and compiler with its cache
-of compiled grammars, the vocabulary's token table and the stop and pad ids;
+``DecodingEngine`` holds a ``TokenizerKit`` (``citeformer.decoding.tokenizer_kit``: the
+tokenizer, xgrammar's ``TokenizerInfo`` and compiler with its cache of compiled grammars, the
+vocabulary's token table and the stop and pad ids) and takes a request through it;
 ``TransformersEngine`` adds a HuggingFace causal LM. A request goes through an engine in three
 calls, each handing the next what it needs and none calling back up:
 
-- ``prepare(request)``: the prompt rendered and tokenized, checked against the context, and the
-  request's own grammar text compiled (``Prepared``);
-- ``run(rows)``: one left-padded ``model.generate`` call, every row steered by its own grammar,
-  quote guard and levers (``Decoded``);
+- ``prepare(request)``: the prompt rendered and tokenized and checked against the context
+  (``Prepared``);
+- ``run(rows)``: one left-padded ``model.generate`` call, every row steered by its own grammar
+  (compiled by the kit, or taken from its cache), quote guard and levers (``Decoded``);
 - ``finish(row, ids)``: the generated ids as a re-checked ``CitedAnswer``.
 
 Greedy rows decode to the same tokens alone as in a batch up to floating point: a padded batch
@@ -21,11 +22,11 @@ it was drawn in.
 
 from __future__ import annotations
 
+import abc
 import contextlib
-import functools
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +38,17 @@ from transformers.generation.streamers import BaseStreamer
 from citeformer.answers import cited_answer
 from citeformer.decoding.batching import Prepared, check_one_batch
 from citeformer.decoding.hf import CancelCriteria, SteeringLogitsProcessor
-from citeformer.decoding.steering import RowSteering, local_grammar, steering_for
+from citeformer.decoding.steering import RowSteering
+from citeformer.decoding.tokenizer_kit import (
+    GRAMMAR_CACHE_SIZE,
+    TokenizerKit,
+    answer_text,
+    end_of_sequence_ids,
+    kit_of,
+    stop_token_ids,
+)
 from citeformer.decoding.vocab import Vocabulary
-from citeformer.errors import InvalidInputError, PromptTooLongError, TokenizerMismatchError
+from citeformer.errors import PromptTooLongError, TokenizerMismatchError
 from citeformer.prompt import render_prompt
 from citeformer.request import GenerationRequest
 from citeformer.types import CitedAnswer, FinishReason
@@ -55,9 +64,6 @@ __all__ = [
     "stop_token_ids",
 ]
 
-GRAMMAR_CACHE_SIZE = 64
-"""Compiled grammars kept per engine (least recently used dropped first); one is about 1 MB."""
-
 
 @dataclass(frozen=True)
 class Decoded:
@@ -70,60 +76,53 @@ class Decoded:
     """Wall time of the steering at each step, all rows together (empty unconstrained)."""
 
 
-class DecodingEngine:
-    """What constrained decoding needs beside a model's forward pass, built once per vocabulary.
+class DecodingEngine(abc.ABC):
+    """A request's lifecycle on one runtime, over a tokenizer's ``TokenizerKit``.
 
-    The tokenizer, xgrammar's ``TokenizerInfo`` and compiler with its cache, the vocabulary's
-    token table and the stop ids; ``prepare`` and ``finish`` a request's row, and ``steering``
-    for it. An engine of a given runtime adds ``run``: ``TransformersEngine`` (``generate``),
-    ``citeformer.llama_cpp.LlamaCppEngine`` (llama-cpp-python in process).
-
-    ``vocab_size`` is the width of the model's logits, never ``tokenizer.vocab_size``: a
-    narrower mask would shift every token id after the gap.
+    ``prepare`` and ``finish`` a request's row, and ``steering`` for it, are the same on every
+    runtime; each runtime's engine adds ``run``: ``TransformersEngine`` (``generate``),
+    ``citeformer.llama_cpp.LlamaCppEngine`` (llama-cpp-python in process). What belongs to the
+    tokenizer (``TokenizerInfo``, compiled grammars, the vocabulary, the stop and pad ids) is
+    the ``kit``'s, which engines over one vocabulary may share; the engine's names for it
+    (``tokenizer``, ``tokenizer_info``, ``compile``, ``vocab``, ``stop_token_ids``,
+    ``pad_token_id``) read the kit's.
     """
 
-    def __init__(
-        self,
-        tokenizer: Any,
-        *,
-        vocab_size: int,
-        stop_token_ids: Sequence[int],
-        context_length: int | None,
-        grammar_cache_size: int = GRAMMAR_CACHE_SIZE,
-    ) -> None:
-        if len(tokenizer) > vocab_size:
-            raise TokenizerMismatchError(
-                f"the tokenizer has {len(tokenizer)} tokens but the model has logits for only "
-                f"{vocab_size}; the grammar mask cannot be aligned. Use the tokenizer that was "
-                "trained with this model."
-            )
-        self.tokenizer = tokenizer
-        self.stop_token_ids = list(stop_token_ids)
-        """Token ids that end an answer (the model's end-of-sequence ids)."""
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = int(pad if pad is not None else self.stop_token_ids[0])
-        """The padding token id (the first end-of-sequence id when the tokenizer has none)."""
+    def __init__(self, kit: TokenizerKit, *, context_length: int | None) -> None:
+        self.kit = kit
+        """The tokenizer's resources: ``TokenizerInfo``, compiled grammars, vocabulary, stop ids."""
         self.context_length = context_length
         """Most tokens (prompt plus answer) the model accepts, when known."""
-        self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=vocab_size, stop_token_ids=self.stop_token_ids
-        )
+
+    @property
+    def tokenizer(self) -> Any:
+        """The HuggingFace tokenizer (the kit's)."""
+        return self.kit.tokenizer
+
+    @property
+    def tokenizer_info(self) -> xgr.TokenizerInfo:
         """Xgrammar's view of the tokenizer, aligned with the model's logits."""
-        self._compiler = xgr.GrammarCompiler(self.tokenizer_info)
-        self.compile = functools.lru_cache(maxsize=grammar_cache_size)(
-            self._compiler.compile_grammar
-        )
-        """The compiled grammar of a GBNF text, compiled once and cached."""
-        self._vocab: Vocabulary | None = None
-        self._vocab_lock = threading.Lock()
+        return self.kit.tokenizer_info
+
+    @property
+    def compile(self) -> Callable[[str], xgr.CompiledGrammar]:
+        """The compiled grammar of a GBNF text, compiled once and cached (the kit's cache)."""
+        return self.kit.compile
 
     @property
     def vocab(self) -> Vocabulary:
         """The vocabulary's token table (built on first use)."""
-        with self._vocab_lock:
-            if self._vocab is None:
-                self._vocab = Vocabulary.cached(self.tokenizer_info)
-            return self._vocab
+        return self.kit.vocab
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        """Token ids that end an answer (the model's end-of-sequence ids)."""
+        return self.kit.stop_token_ids
+
+    @property
+    def pad_token_id(self) -> int:
+        """The padding token id (the first end-of-sequence id when the tokenizer has none)."""
+        return self.kit.pad_token_id
 
     def prepare(self, request: GenerationRequest) -> Prepared:
         """Render and tokenize the prompt and check that it fits."""
@@ -131,6 +130,7 @@ class DecodingEngine:
         self._check_fits(request, len(prompt_ids))
         return Prepared(request, prompt_ids)
 
+    @abc.abstractmethod
     def run(
         self,
         rows: Sequence[Prepared],
@@ -143,7 +143,6 @@ class DecodingEngine:
         ``streamer`` receives the prompt, then each step's tokens (transformers' streamer
         protocol); ``cancel``, once set, ends the generation at the next step.
         """
-        raise NotImplementedError
 
     def finish(self, row: Prepared, ids: Sequence[int]) -> CitedAnswer:
         """The re-checked ``CitedAnswer`` of one row's generated ids."""
@@ -156,16 +155,11 @@ class DecodingEngine:
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Answer text of generated token ids: special tokens dropped, spacing as generated."""
-        return answer_text(self.tokenizer, token_ids, self.stop_token_ids)
+        return self.kit.detokenize(token_ids)
 
     def steering(self, row: Prepared) -> RowSteering:
         """The steering of one constrained row: its grammar, quote guard and levers."""
-        if not row.request.constrained:
-            raise InvalidInputError("an unconstrained row has no grammar to steer by")
-        compiled = self.compile(local_grammar(row.request))
-        return steering_for(
-            row.request, self.vocab, self.stop_token_ids, matcher=xgr.GrammarMatcher(compiled)
-        )
+        return self.kit.steering(row.request)
 
     def _check_fits(self, request: GenerationRequest, prompt_tokens: int) -> None:
         """Raise ``PromptTooLongError`` if the prompt and the token budget exceed the context."""
@@ -193,15 +187,26 @@ class TransformersEngine(DecodingEngine):
     """A HuggingFace causal LM: every batch one left-padded ``model.generate`` call."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, *, grammar_cache_size: int = GRAMMAR_CACHE_SIZE
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        kit: TokenizerKit | None = None,
+        grammar_cache_size: int = GRAMMAR_CACHE_SIZE,
     ) -> None:
+        """``model`` and its ``tokenizer``, or ``kit`` shared with other engines of its vocabulary.
+
+        A new kit ends answers at ``stop_token_ids(model, tokenizer)`` and keeps
+        ``grammar_cache_size`` compiled grammars.
+        """
         positions = getattr(model.config, "max_position_embeddings", None)
         super().__init__(
-            tokenizer,
-            vocab_size=int(model.config.vocab_size),
-            stop_token_ids=stop_token_ids(model, tokenizer),
+            kit_of(
+                tokenizer, kit, vocab_size=int(model.config.vocab_size),
+                stop_token_ids=lambda tokenizer: stop_token_ids(model, tokenizer),
+                grammar_cache_size=grammar_cache_size,
+            ),
             context_length=int(positions) if positions else None,
-            grammar_cache_size=grammar_cache_size,
         )
         self.model = model
 
@@ -257,16 +262,6 @@ class TransformersEngine(DecodingEngine):
             processor.seconds if processor is not None else [],
         )
 
-def end_of_sequence_ids(*values: object) -> list[int]:
-    """The ids among ``values`` (each an id, a list of ids or ``None``), in order, each once."""
-    ids: list[int] = []
-    for value in values:
-        if isinstance(value, int):
-            ids.append(value)
-        elif isinstance(value, (list, tuple)):
-            ids.extend(int(v) for v in value)
-    return list(dict.fromkeys(ids))
-
 
 def prompt_token_ids(request: GenerationRequest, tokenizer: Any) -> list[int]:
     """The token ids of the prompt the model is shown.
@@ -321,27 +316,6 @@ def _text_tokenized_apart(messages: list[dict[str, str]], tokenizer: Any) -> lis
             ).input_ids
         elif piece:
             ids += tokenizer(piece, add_special_tokens=False).input_ids
-    return ids
-
-
-def answer_text(tokenizer: Any, token_ids: Sequence[int], stop_ids: Sequence[int]) -> str:
-    """Answer text of generated token ids: stop and special tokens dropped, spacing kept."""
-    stop = set(stop_ids)
-    return tokenizer.decode(  # type: ignore[no-any-return]
-        [t for t in token_ids if t not in stop],
-        skip_special_tokens=True, clean_up_tokenization_spaces=False,
-    )
-
-
-def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """The ids that end an answer: the generation config's, then the tokenizer's end of sequence."""
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids = end_of_sequence_ids(configured, tokenizer.eos_token_id)
-    if not ids:
-        raise TokenizerMismatchError(
-            "neither the tokenizer nor the model's generation config names an end-of-sequence "
-            "token, so the model could never end an answer; set tokenizer.eos_token"
-        )
     return ids
 
 

@@ -22,12 +22,13 @@ from hypothesis import strategies as st
 
 from citeformer import GenerationRequest, build_request
 from citeformer.decoding.steering import Steering, local_grammar, steering_for
+from citeformer.decoding.tokenizer_kit import TokenizerKit
 from citeformer.errors import MAX_BIAS
 from citeformer.evidence import LexicalEvidence
 from citeformer.evidence.refusal import Refusal
 from citeformer.readability import MAX_COUNT, Readability
 from tests.tiny import tiny_tokenizer
-from tests.vocab import SteeringKit, steering_kit
+from tests.vocab import steering_kit
 
 QUESTION = "When was the Eiffel Tower in Paris completed, and how tall is it?"
 SOURCES = [
@@ -50,12 +51,12 @@ def one_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def tiny_kit() -> SteeringKit:
+def tiny_kit() -> TokenizerKit:
     return steering_kit(tiny_tokenizer())
 
 
 @pytest.fixture(scope="module")
-def smollm2_kit(embedded_tokenizer: Any) -> SteeringKit:
+def smollm2_kit(embedded_tokenizer: Any) -> TokenizerKit:
     return steering_kit(embedded_tokenizer)
 
 
@@ -95,18 +96,18 @@ requests = st.builds(
 
 
 def steer_and_check(
-    kit: SteeringKit, request: GenerationRequest, seed: int, opener_share: float
+    kit: TokenizerKit, request: GenerationRequest, seed: int, opener_share: float
 ) -> None:
     """Steer ``ROWS`` answers of ``request`` for ``STEPS`` steps; check every step's logits."""
     rng = np.random.default_rng(seed)
-    local = kit.compiler.compile_grammar(local_grammar(request))
-    full = kit.compiler.compile_grammar(request.grammar_text(spell_quotes=True))
+    local = kit.compile(local_grammar(request))
+    full = kit.compile(request.grammar_text(spell_quotes=True))
     rows = [
-        steering_for(request, kit.vocab, kit.stop_ids, matcher=xgr.GrammarMatcher(local))
+        steering_for(request, kit.vocab, kit.stop_token_ids, matcher=xgr.GrammarMatcher(local))
         for _ in range(ROWS)
     ]
     references = [xgr.GrammarMatcher(full) for _ in range(ROWS)]
-    size = kit.info.vocab_size
+    size = kit.vocab_size
     steering = Steering(size)
     bitmask = xgr.allocate_token_bitmask(1, size)
     openers = set(kit.vocab.openers.tolist())
@@ -135,7 +136,7 @@ def steer_and_check(
             marking = [t for t in left if t in openers]
             pool = marking if marking and rng.random() < opener_share else left
             token = int(pool[rng.integers(len(pool))])
-            if token in kit.stop_ids:
+            if token in kit.stop_token_ids:
                 live.remove(i)
                 continue
             assert references[i].accept_token(token)
@@ -167,7 +168,7 @@ steered = given(
 @examples(30)
 @steered
 def test_forbidden_tokens_stay_masked_and_no_logit_is_nan(
-    tiny_kit: SteeringKit, request: GenerationRequest, seed: int, opener_share: float
+    tiny_kit: TokenizerKit, request: GenerationRequest, seed: int, opener_share: float
 ) -> None:
     steer_and_check(tiny_kit, request, seed, opener_share)
 
@@ -176,6 +177,6 @@ def test_forbidden_tokens_stay_masked_and_no_logit_is_nan(
 @examples(8)
 @steered
 def test_forbidden_tokens_stay_masked_on_the_embedded_tokenizer(
-    smollm2_kit: SteeringKit, request: GenerationRequest, seed: int, opener_share: float
+    smollm2_kit: TokenizerKit, request: GenerationRequest, seed: int, opener_share: float
 ) -> None:
     steer_and_check(smollm2_kit, request, seed, opener_share)

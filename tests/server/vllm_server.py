@@ -120,6 +120,9 @@ def install_checkout(venv: Path) -> Path:
         if marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest:
             return venv
         log = venv.parent / f"{venv.name}.install.log"
+        # pip builds a path in place, and setuptools packs whatever build/lib still holds: a
+        # module since moved or deleted would be installed again from an earlier build.
+        shutil.rmtree(CHECKOUT / "build", ignore_errors=True)
         # The embedded model's package too, for VLLMGenerator.default().
         with log.open("wb") as sink:
             _run([str(_python(venv)), "-m", "pip", "install", "--disable-pip-version-check",

@@ -17,8 +17,8 @@ is (more than ``TERM_EDGE_CHARS + 1`` characters), or a token holds a long run a
 from __future__ import annotations
 
 import bisect
+import re
 import threading
-import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,16 +26,23 @@ import numpy as np
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.grammar.rules import TERM_EDGE_CHARS
 
-__all__ = ["TermTails"]
+__all__ = ["BREAKS", "TermTails", "chars", "split_words"]
 
-_BREAKS = frozenset(b" \t\n\r[]!?")
+BREAKS = frozenset(b" \t\n\r[]!?")
+"""Bytes that end a word (a ``.`` can also belong to a dotted term)."""
+_BREAK = re.compile(rb"[ \t\n\r\[\]!?]")
 _NO_EDGE = 1 << 20
 """A token's edge length where its part in the word holds a dot (no edge takes it)."""
 
 
 def chars(raw: bytes) -> int:
-    """Characters in ``raw`` as xgrammar counts them: UTF-8 first bytes."""
+    """Characters in ``raw`` as xgrammar counts them: UTF-8 first bytes (a cut one counts)."""
     return sum(1 for byte in raw if not 0x80 <= byte < 0xC0)
+
+
+def split_words(text: bytes) -> list[bytes]:
+    """``text`` cut at every break: its words, empty ones included."""
+    return _BREAK.split(text)
 
 
 class _Segments:
@@ -55,7 +62,7 @@ class _Segments:
         suspects = []
         dotted: list[tuple[int, int]] = []
         for token_id, raw in enumerate(token_bytes):
-            cut = next((i for i, byte in enumerate(raw) if byte in _BREAKS), None)
+            cut = next((i for i, byte in enumerate(raw) if byte in BREAKS), None)
             segment = raw if cut is None else raw[:cut]
             self.segment.append(segment)
             self.ends[token_id] = cut is not None
@@ -96,17 +103,6 @@ class _Segments:
         return self._order[low:high]
 
 
-_SEGMENTS: weakref.WeakKeyDictionary[Vocabulary, _Segments] = weakref.WeakKeyDictionary()
-_SEGMENTS_LOCK = threading.Lock()
-
-
-def _segments(vocab: Vocabulary) -> _Segments:
-    with _SEGMENTS_LOCK:
-        if vocab not in _SEGMENTS:
-            _SEGMENTS[vocab] = _Segments(vocab.token_bytes)
-        return _SEGMENTS[vocab]
-
-
 class TermTails:
     """Keeps the edges of each dotted term of one answer within ``TERM_EDGE_CHARS``.
 
@@ -116,7 +112,7 @@ class TermTails:
     """
 
     def __init__(self, vocab: Vocabulary, terms: Sequence[str]) -> None:
-        self._segments = _segments(vocab)
+        self._segments = vocab.table(_Segments)
         self._terms = tuple(term.encode() for term in terms)
 
     def parses(self, word: bytes) -> tuple[list[int], list[bytes]]:
@@ -149,7 +145,7 @@ class TermTails:
 
     def fits_after(self, word: bytes, raw: bytes) -> bool:
         """Whether the words ``raw`` writes after ``word`` (the last one unfinished) all fit."""
-        pieces = _split(word + raw)
+        pieces = split_words(word + raw)
         return all(
             self.fits(piece, whole=index < len(pieces) - 1) for index, piece in enumerate(pieces)
         )
@@ -164,8 +160,7 @@ class TermTails:
             # than TERM_EDGE_CHARS + 1 characters come before its dot), or pass the edge after it
             # at once (with more than TERM_EDGE_CHARS characters after its dot).
             first = bisect.bisect_left(segments.before_dot, TERM_EDGE_CHARS + 2 - chars(word))
-            suspects = np.concatenate([segments.dotted[first:], segments.suspects])
-            if suspects.size:
+            for suspects in (segments.dotted[first:], segments.suspects):
                 kept = (row[suspects >> 5] >> (suspects & 31)) & 1
                 for token_id in suspects[kept.astype(bool)]:
                     if not self.fits(
@@ -187,16 +182,6 @@ class TermTails:
         bits = np.ones(row.size * 32, bool)
         bits[:size] = allowed[:size]
         np.bitwise_and(row, np.packbits(bits, bitorder="little").view(np.int32), out=row)
-
-
-def _split(text: bytes) -> list[bytes]:
-    pieces = [b""]
-    for byte in text:
-        if byte in _BREAKS:
-            pieces.append(b"")
-        else:
-            pieces[-1] += bytes((byte,))
-    return pieces
 
 
 def _starts(word: bytes) -> list[int]:

@@ -14,7 +14,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ _WORD_START = re.compile(r"([^\w'-]*)([\w'-]+)(.*)", flags=re.DOTALL)
 _QUOTE = ord('"')
 # ASCII punctuation and symbols but the marker brackets, which the grammar alone places.
 PUNCTUATION = frozenset(b"!\"#$%&'()*+,-./:;<=>?@\\^_`{|}~")
+
+
+_Table = TypeVar("_Table")
 
 
 class Vocabulary:
@@ -62,6 +65,8 @@ class Vocabulary:
             if not raw or re.search(rb"[\[\]0-9]", raw)
         )
         """Tokens the repeat block never removes: markers, digits, special tokens."""
+        self._tables: dict[Callable[[list[bytes]], Any], Any] = {}
+        self._tables_lock = threading.Lock()
         self._build_id_tokens()
 
     def _build_id_tokens(self) -> None:
@@ -167,6 +172,17 @@ class Vocabulary:
     def punctuation_runs(self) -> PunctuationRuns:
         """Each token's runs of one ASCII punctuation character, for ``PunctuationRun``."""
         return PunctuationRuns(self.token_bytes)
+
+    def table(self, kind: Callable[[list[bytes]], _Table]) -> _Table:
+        """The table ``kind(token_bytes)`` of this vocabulary, built once.
+
+        Under a lock: two threads asking at once build it once.
+        """
+        with self._tables_lock:
+            if kind not in self._tables:
+                self._tables[kind] = kind(self.token_bytes)
+            found: _Table = self._tables[kind]
+            return found
 
     @cached_property
     def sorted(self) -> SortedVocab:

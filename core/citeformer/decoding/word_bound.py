@@ -29,15 +29,13 @@ token that would begin a word past the bound.
 
 from __future__ import annotations
 
-import re
 import threading
-import weakref
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-from citeformer.decoding.term_tail import TermTails
+from citeformer.decoding.term_tail import BREAKS, TermTails, chars, split_words
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.errors import GrammarViolationError
 from citeformer.grammar.rules import TERM_EDGE_CHARS
@@ -46,10 +44,7 @@ from citeformer.types import Policy
 
 __all__ = ["WordBound", "bounds_words", "counts_words", "word_bound_for"]
 
-_BREAKS = frozenset(b" \t\n\r[]!?")
-"""Bytes that end a word (a ``.`` can also belong to a dotted term)."""
 _DOT = ord(".")
-_WORD_BREAKS = re.compile(rb"[ \t\n\r\[\]!?]")
 
 # Where a token may begin within a sentence of the REQUIRED grammar: after a space (or at the
 # answer's start), inside a word, inside a cite-group's brackets, after its "]", after the
@@ -83,11 +78,6 @@ def _move(place: int, byte: int) -> tuple[int, bool, bool]:
 _MOVES = [[_move(place, byte) for byte in range(256)] for place in range(_PLACES)]
 
 
-def _chars(raw: bytes) -> int:
-    """Characters in ``raw`` as xgrammar counts them: UTF-8 first bytes (a cut one counts)."""
-    return sum(1 for byte in raw if not 0x80 <= byte < 0xC0)
-
-
 class _Runs:
     """Per token of one vocabulary, the words it writes, in characters.
 
@@ -105,20 +95,20 @@ class _Runs:
         self.tail = np.zeros(size, np.int32)
         self.tail_start = np.zeros(size, np.int32)
         for token_id, raw in enumerate(token_bytes):
-            cuts = [i for i, byte in enumerate(raw) if byte in _BREAKS]
-            stop = next((i for i, byte in enumerate(raw) if byte in _BREAKS or byte == _DOT), None)
+            cuts = [i for i, byte in enumerate(raw) if byte in BREAKS]
+            stop = next((i for i, byte in enumerate(raw) if byte in BREAKS or byte == _DOT), None)
             head = raw if stop is None else raw[:stop]
-            self.lead[token_id] = _chars(head)
+            self.lead[token_id] = chars(head)
             if not cuts:
                 continue
             self.breaks[token_id] = True
             words = [raw[a + 1 : b] for a, b in zip(cuts, cuts[1:], strict=False)]
             self.inner[token_id] = max(
-                [_chars(word) for word in words if _DOT not in word], default=0
+                [chars(word) for word in words if _DOT not in word], default=0
             )
             tail = raw[cuts[-1] + 1 :]
             self.tail_start[token_id] = cuts[-1] + 1
-            self.tail[token_id] = 0 if _DOT in tail else _chars(tail)
+            self.tail[token_id] = 0 if _DOT in tail else chars(tail)
         self._masks = _MaskCache()
 
     def allowed(
@@ -239,29 +229,6 @@ class _MaskCache:
             return self._masks[key]
 
 
-_TABLES: weakref.WeakKeyDictionary[Vocabulary, dict[type, Any]] = weakref.WeakKeyDictionary()
-_TABLES_LOCK = threading.Lock()
-_Table = TypeVar("_Table", _Runs, _Counts)
-
-
-def _runs(vocab: Vocabulary) -> _Runs:
-    return _table(vocab, _Runs)
-
-
-def _counts(vocab: Vocabulary) -> _Counts:
-    return _table(vocab, _Counts)
-
-
-def _table(vocab: Vocabulary, kind: type[_Table]) -> _Table:
-    """The table ``kind`` of ``vocab``, built once per vocabulary."""
-    with _TABLES_LOCK:
-        tables = _TABLES.setdefault(vocab, {})
-        if kind not in tables:
-            tables[kind] = kind(vocab.token_bytes)
-        found: _Table = tables[kind]
-        return found
-
-
 def _packed(forbidden: np.ndarray, width: int) -> np.ndarray:
     bits = np.ones(width * 32, dtype=bool)
     bits[forbidden] = False
@@ -281,7 +248,7 @@ def bounds_words(request: GenerationRequest) -> bool:
         return False
     longest = request.grammar.max_word_chars
     refusal = (request.offered_refusal or "").encode()
-    if any(_chars(word) > longest for word in _WORD_BREAKS.split(refusal)):
+    if any(chars(word) > longest for word in split_words(refusal)):
         return False
     return all(len(term.split(".")[0]) <= longest - TERM_EDGE_CHARS for term in request.terms)
 
@@ -326,8 +293,8 @@ class WordBound:
     ) -> None:
         self._vocab = vocab
         self._tails = TermTails(vocab, terms) if terms else None
-        self._runs = _runs(vocab)
-        self._counts = None if max_words is None else _counts(vocab)
+        self._runs = vocab.table(_Runs)
+        self._counts = None if max_words is None else vocab.table(_Counts)
         self.max_chars = max_chars
         self.max_words = max_words
         self._stop_ids = tuple(sorted({int(i) for i in stop_ids if 0 <= i < vocab.size}))
@@ -339,7 +306,7 @@ class WordBound:
     @property
     def run(self) -> int | None:
         """Characters of the plain word the answer ends in (0 after a break; ``None``: dotted)."""
-        return None if _DOT in self._word else _chars(self._word)
+        return None if _DOT in self._word else chars(self._word)
 
     def advance(self, token_id: int) -> None:
         """Move past one generated token, or raise if it runs a word or sentence past its bound."""

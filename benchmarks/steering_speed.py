@@ -34,6 +34,13 @@ grammar writes it (``word (" " word)*``, the word a run of the word characters) 
 over characters that may each follow a space (``(char | " " char)+``, the same strings), and
 bounded to 24 words, fed a 20-word prose sentence token by token.
 
+``ahead``: the stand-in of ``steps`` steered with its step's work that reads no logits made in a
+worker thread during the forward pass (``work_ahead=True``) and made in the step
+(``work_ahead=False``), the two in turn ``--reps`` times at batch 1, 8, 32 and 64 on ``--device``:
+per arm, the median step and the median steering wall time (what the step waits for) of each run,
+and the best of those; whether both arms wrote the same tokens. ``ahead_family``: the same at
+batch 32 on ``--family``'s stand-in.
+
 ``memory``: peak RSS of a child process answering a batch of 32 technical questions with the
 embedded model (REQUIRED, 100 new tokens), beside the same process before the batch.
 
@@ -63,7 +70,10 @@ from citeformer import CiteGenerator, build_request  # noqa: E402
 from citeformer.decoding.engine import TransformersEngine, prompt_token_ids  # noqa: E402
 
 OUT = HERE / "results" / "steering_speed.json"
-SECTIONS = ("steps", "lengths", "family", "end_to_end", "memory", "grammar", "shapes")
+SECTIONS = (
+    "steps", "lengths", "family", "end_to_end", "memory", "grammar", "shapes", "ahead",
+    "ahead_family",
+)
 WINDOWS = {"16": (0, 16), "128": (112, 128), "512": (496, 512)}
 """Steps of an answer whose steering time stands for an answer of that many tokens."""
 ANSWERS = HERE / "results" / "same_answers.json"
@@ -145,6 +155,55 @@ def steps_section(tokens: int) -> dict[str, Any]:
     return found
 
 
+def ahead_section(
+    tokens: int, device: str, reps: int, family: str | None = None
+) -> dict[str, Any]:
+    if family is None:
+        gen = CiteGenerator.default(progress=False, dtype="float32")
+        tokenizer, model, batches = gen.tokenizer, stand_in(gen.tokenizer, gen.model.config), (
+            1, 8, 32, 64)
+    else:
+        tokenizer, model = family_stand_in(family)
+        batches = (32,)
+    model = model.to(device)
+    inline = TransformersEngine(model, tokenizer, work_ahead=False)
+    engines = {
+        "inline": inline, "ahead": TransformersEngine(model, kit=inline.kit, work_ahead=True),
+    }
+    found: dict[str, Any] = {"device": device, "vocab": len(tokenizer)}
+    for batch in batches:
+        rows = [inline.prepare(build_request(item.question, item.sources(), max_new_tokens=tokens))
+                for item in held_out(batch)]
+        inline.run(rows[:1])  # warm the kernels
+        runs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in engines}
+        tokens_of: dict[str, list[list[int]]] = {}
+        for _ in range(reps):
+            for arm, engine in engines.items():
+                stamps: list[float] = []
+                decoded = engine.run(rows, streamer=_Clock(stamps))
+                steps = [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]
+                runs[arm].append((_ms(steps)["median"], _ms(decoded.step_seconds[1:])["median"]))
+                tokens_of[arm] = decoded.ids
+        line: dict[str, Any] = {
+            arm: {
+                "step_ms": [step for step, _ in found_runs],
+                "steering_ms": [steering for _, steering in found_runs],
+                "best_step_ms": min(step for step, _ in found_runs),
+                "best_steering_ms": min(steering for _, steering in found_runs),
+            }
+            for arm, found_runs in runs.items()
+        }
+        line["same_tokens"] = tokens_of["inline"] == tokens_of["ahead"]
+        line["saved_ms"] = line["inline"]["best_step_ms"] - line["ahead"]["best_step_ms"]
+        found[str(batch)] = line
+        print(f"batch {batch:>2}: best step inline {line['inline']['best_step_ms']:.2f} ms, "
+              f"ahead {line['ahead']['best_step_ms']:.2f} (saved {line['saved_ms']:.2f}); "
+              f"steering waited for {line['inline']['best_steering_ms']:.2f} and "
+              f"{line['ahead']['best_steering_ms']:.2f}; same tokens {line['same_tokens']}",
+              flush=True)
+    return found
+
+
 def lengths_section() -> dict[str, Any]:
     from citeformer.readability import Readability
 
@@ -172,7 +231,8 @@ def lengths_section() -> dict[str, Any]:
     return found
 
 
-def family_section(family: str, tokens: int) -> dict[str, Any]:
+def family_stand_in(family: str) -> tuple[Any, Any]:
+    """A tokenizer of ``family`` and a stand-in on its vocabulary."""
     sys.path.insert(0, str(HERE.parent))
     from tests.vocab import family_tokenizer
 
@@ -183,7 +243,12 @@ def family_section(family: str, tokens: int) -> dict[str, Any]:
                   eos_token_id=tokenizer.eos_token_id, pad_token_id=None)
     from transformers import LlamaConfig
 
-    engine = TransformersEngine(stand_in(tokenizer, LlamaConfig(**config)), tokenizer)
+    return tokenizer, stand_in(tokenizer, LlamaConfig(**config))
+
+
+def family_section(family: str, tokens: int) -> dict[str, Any]:
+    tokenizer, model = family_stand_in(family)
+    engine = TransformersEngine(model, tokenizer)
     line = step_times(engine, held_out(32), tokens)
     print(f"{family} ({len(tokenizer)} tokens), batch 32: steering "
           f"{line['steered']['steering_ms']['median']:.2f} ms/step; step plain "
@@ -383,6 +448,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--family", default="llama-bpe",
                         help="the tokenizer family of the family section's stand-in")
+    parser.add_argument("--device", default="cpu", help="where the ahead section's stand-in runs")
+    parser.add_argument("--reps", type=int, default=5, help="runs per arm in the ahead section")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -402,6 +469,10 @@ def main(argv: list[str] | None = None) -> None:
             found = family_section(args.family, args.tokens)
         elif section == "shapes":
             found = shapes_section(args.family)
+        elif section == "ahead":
+            found = ahead_section(args.tokens, args.device, args.reps)
+        elif section == "ahead_family":
+            found = ahead_section(args.tokens, args.device, args.reps, args.family)
         else:
             found = memory_section(args.tokens, args.threads)
         # Read again before each write: runs of two trees side by side merge, not overwrite.

@@ -8,13 +8,16 @@ engine        DecodingEngine: a request's prepare, run, finish; and Transformers
 tokenizer_kit TokenizerKit: a tokenizer's TokenizerInfo, compiled grammars, vocabulary and
               stop ids, shared by the engines and vLLM's processor
 batching      which requests decode together (Prepared rows, decoding keys, bad rows)
-steering      the steering core: grammar masks, quote guard and levers over a batch of logits
+steering      the steering core: grammar masks, quote guard and levers over a batch of logits,
+              in two parts: what reads no logits (prepare) and the rest (apply)
+masks         a step's masks written into the logits, the cheapest way per row
 answer_state  one answer as the levers read it, kept token by token at a constant cost
 levers        the readability and evidence levers, over one answer's state
 edits         one step's lever changes over the whole batch, in a few tensor writes
 quote_guard   the verbatim quote guard, a byte-level automaton over the answer
 vocab         one table of token classes per vocabulary
-hf            the steering core as a transformers logits processor
+hf            the steering core as a transformers logits processor, its work ahead of the
+              step on an accelerator
 precision     the dtype and device a model runs in when the user does not say
 hf_imports    transformers' model modules imported without SciPy, which no text model calls
 ```

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -60,7 +61,9 @@ class StepEdits:
     """The removals and additions the levers ask for at one step, for every row of a batch.
 
     ``row`` is the logits row now being steered; set it before calling that row's levers (a
-    lever that steers many rows at once names them: ``remove_rows``). ``wanted``: per row, what
+    lever that steers many rows at once names them: ``remove_rows``), and ``position`` the
+    asking lever's place among its row's levers: each row's edits are made in the order of its
+    levers, whatever the order they were asked in (``take``). ``wanted``: per row, what
     the model wanted (rows whose levers read the model's scores). ``allowed``: per row, how many
     tokens the masks left, where known; a row whose removals take fewer of its finite tokens
     cannot be emptied by them and is not read again.
@@ -70,26 +73,27 @@ class StepEdits:
         self, wanted: dict[int, Wanted] | None = None, allowed: dict[int, int] | None = None
     ) -> None:
         self.row = 0
+        self.position = 0
         self._wanted = wanted or {}
         self._allowed = allowed or {}
-        # In the order asked: (row, ids) for one row, (rows, ids) for the same ids in many.
-        self._removals: list[tuple[int | np.ndarray, np.ndarray]] = []
-        # (the row's how-many-th addition, row, ids, value)
+        # In the order asked: (position, row, ids) for one row, (position, rows, ids) for the
+        # same ids in many.
+        self._removals: list[tuple[int, int | np.ndarray, np.ndarray]] = []
+        # (position, row, ids, value)
         self._additions: list[tuple[int, int, np.ndarray, np.ndarray | float]] = []
-        self._added: dict[int, int] = {}
         self._forgotten: set[int] = set()
 
     def remove(self, ids: Ids) -> None:
         """Remove ``ids`` from this row (-inf), unless that would leave no token at all."""
         found = _as_ids(ids)
         if found.shape[0]:
-            self._removals.append((self.row, found))
+            self._removals.append((self.position, self.row, found))
 
     def remove_rows(self, rows: Sequence[int], ids: Ids) -> None:
         """``remove`` ``ids`` from each of ``rows``: one entry however many rows."""
         found = _as_ids(ids)
         if found.shape[0] and rows:
-            self._removals.append((np.asarray(rows, dtype=np.int64), found))
+            self._removals.append((self.position, np.asarray(rows, dtype=np.int64), found))
 
     def add(self, ids: Ids, value: torch.Tensor | np.ndarray | float) -> None:
         """Add ``value`` (one float, or one per id) to the logits of ``ids`` in this row.
@@ -101,7 +105,6 @@ class StepEdits:
         """
         found = _as_ids(ids)
         if found.shape[0]:
-            count = self._added.get(self.row, 0)
             if isinstance(value, torch.Tensor | np.ndarray):
                 amount: np.ndarray | float = (
                     value.to(torch.float32).numpy() if isinstance(value, torch.Tensor)
@@ -116,8 +119,7 @@ class StepEdits:
                     f"a lever asked to add a value that is not a finite float32 to row "
                     f"{self.row} ({_shown(value)}); its logits are left as the masks made them"
                 )
-            self._additions.append((count, self.row, found, amount))
-            self._added[self.row] = count + 1
+            self._additions.append((self.position, self.row, found, amount))
 
     def wanted(self) -> Wanted | None:
         """What the model wanted at this row, or ``None`` where its scores were not read."""
@@ -132,9 +134,12 @@ class StepEdits:
         removals, additions = mark
         del self._removals[removals:]
         del self._additions[additions:]
-        self._added = {}
-        for _, row, _, _ in self._additions:
-            self._added[row] = self._added.get(row, 0) + 1
+
+    def take(self, other: StepEdits) -> None:
+        """Add the edits ``other`` was asked for (for the same logits), and what it forgot."""
+        self._removals += other._removals
+        self._additions += other._additions
+        self._forgotten |= other._forgotten
 
     def forget(self, row: int) -> None:
         """Make none of ``row``'s edits, those asked so far or later (a lever of it failed)."""
@@ -144,6 +149,9 @@ class StepEdits:
         """Make every edit asked for in ``logits`` (``[rows, vocab]``, in place)."""
         if self._forgotten:
             self._drop_forgotten()
+        # Each row's edits in the order of its levers (a stable sort: asked order among equals).
+        self._removals.sort(key=_position)
+        self._additions.sort(key=_position)
         if self._removals:
             self._apply_removals(logits)
         if self._additions:
@@ -151,23 +159,23 @@ class StepEdits:
 
     def _drop_forgotten(self) -> None:
         forgotten = self._forgotten
-        removals: list[tuple[int | np.ndarray, np.ndarray]] = []
-        for rows, ids in self._removals:
+        removals: list[tuple[int, int | np.ndarray, np.ndarray]] = []
+        for position, rows, ids in self._removals:
             if isinstance(rows, int):
                 if rows not in forgotten:
-                    removals.append((rows, ids))
+                    removals.append((position, rows, ids))
             else:
                 rows = np.array([row for row in rows.tolist() if row not in forgotten], np.int64)
                 if rows.shape[0]:
-                    removals.append((rows, ids))
+                    removals.append((position, rows, ids))
         self._removals = removals
         self._additions = [entry for entry in self._additions if entry[1] not in forgotten]
 
     def _apply_additions(self, logits: torch.Tensor) -> None:
-        # One accumulating write, ordered by each row's first additions, then its second, ...: a
-        # logit two levers raise gets them in the order the levers acted (on a CPU the write
-        # adds its duplicates in order), so the floats are those of one write per lever.
-        additions = sorted(self._additions, key=lambda addition: addition[0])
+        # One accumulating write, in the order of each row's levers: a logit two levers raise
+        # gets them in the order the levers act (on a CPU the write adds its duplicates in
+        # order), so the floats are those of one write per lever.
+        additions = self._additions
         lengths = np.array([ids.shape[0] for _, _, ids, _ in additions])
         r = np.repeat(np.array([row for _, row, _, _ in additions]), lengths)
         c = np.concatenate([ids for _, _, ids, _ in additions])
@@ -203,11 +211,11 @@ class StepEdits:
 
     def _removal_indices(self) -> tuple[np.ndarray, np.ndarray]:
         """The (row, id) pairs of every removal, as two index arrays (pairs may repeat)."""
-        one = [(row, ids) for row, ids in self._removals if isinstance(row, int)]
+        one = [(row, ids) for _, row, ids in self._removals if isinstance(row, int)]
         rows = [np.repeat(np.array([row for row, _ in one], dtype=np.int64),
                           [ids.shape[0] for _, ids in one])]
         ids = [ids for _, ids in one]
-        for many, shared in self._removals:
+        for _, many, shared in self._removals:
             if not isinstance(many, int):
                 rows.append(np.repeat(many, shared.shape[0]))
                 ids.append(np.tile(shared, many.shape[0]))
@@ -263,7 +271,7 @@ class StepEdits:
         finite = torch.isfinite(kept[undo]).cpu().numpy()
         at, which = rows[undo].cpu().numpy(), ids[undo].cpu().numpy()
         left = {row: set(which[(at == row) & finite].tolist()) for row in emptied}
-        for many, removed in self._removals:
+        for _, many, removed in self._removals:
             for row in ([many] if isinstance(many, int) else many.tolist()):
                 if row in emptied:
                     rest = left[row].difference(removed.tolist())
@@ -384,6 +392,12 @@ class WantedReader:
                 chain_log_share.tolist(), strict=True,
             )
         }
+
+
+def _position(entry: tuple[Any, ...]) -> int:
+    """An edit's lever position (its first field)."""
+    position: int = entry[0]
+    return position
 
 
 def _shown(value: torch.Tensor | np.ndarray | float) -> str:

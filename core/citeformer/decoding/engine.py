@@ -26,7 +26,7 @@ import abc
 import contextlib
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,11 +193,14 @@ class TransformersEngine(DecodingEngine):
         *,
         kit: TokenizerKit | None = None,
         grammar_cache_size: int = GRAMMAR_CACHE_SIZE,
+        work_ahead: bool | None = None,
     ) -> None:
         """``model`` and its ``tokenizer``, or ``kit`` shared with other engines of its vocabulary.
 
         A new kit ends answers at ``stop_token_ids(model, tokenizer)`` and keeps
-        ``grammar_cache_size`` compiled grammars.
+        ``grammar_cache_size`` compiled grammars. ``work_ahead``: whether each step's steering
+        that reads no logits is made in a worker thread during the model's forward pass
+        (``SteeringLogitsProcessor``); ``None``, where the model is not on the host.
         """
         positions = getattr(model.config, "max_position_embeddings", None)
         super().__init__(
@@ -209,6 +212,7 @@ class TransformersEngine(DecodingEngine):
             context_length=int(positions) if positions else None,
         )
         self.model = model
+        self.work_ahead = work_ahead
 
     def run(
         self,
@@ -232,6 +236,7 @@ class TransformersEngine(DecodingEngine):
             processor = SteeringLogitsProcessor(
                 [self.steering(row) for row in rows],
                 vocab_size=self.tokenizer_info.vocab_size, stop_token_ids=stop,
+                work_ahead=self.work_ahead,
             )
         sampling: dict[str, Any] = (
             {"do_sample": True, "temperature": request.temperature, "top_k": 0, "top_p": 1.0}
@@ -242,7 +247,9 @@ class TransformersEngine(DecodingEngine):
         rng = torch.random.fork_rng(devices=[]) if seeded else contextlib.nullcontext()
         device = self.model.device
         stopping = StoppingCriteriaList([CancelCriteria(cancel)] if cancel is not None else [])
-        with rng, torch.inference_mode():
+        if processor is not None:
+            stopping.append(processor.ahead)
+        with rng, torch.inference_mode(), _closing(processor):
             if request.seed is not None:
                 torch.manual_seed(request.seed)
             output = self.model.generate(
@@ -317,6 +324,16 @@ def _text_tokenized_apart(messages: list[dict[str, str]], tokenizer: Any) -> lis
         elif piece:
             ids += tokenizer(piece, add_special_tokens=False).input_ids
     return ids
+
+
+@contextlib.contextmanager
+def _closing(processor: SteeringLogitsProcessor | None) -> Iterator[None]:
+    """Close ``processor`` (its worker thread) once ``generate`` returns or raises."""
+    try:
+        yield
+    finally:
+        if processor is not None:
+            processor.close()
 
 
 def _until_stop(ids: list[int], stop: Sequence[int]) -> list[int]:

@@ -6,30 +6,33 @@ nothing of an engine's call convention; ``citeformer.decoding.hf`` plugs it into
 ``generate``, ``citeformer.vllm`` into vLLM's logits processors, ``citeformer.llama_cpp`` into
 llama-cpp-python's ``logits_processor`` hook.
 
-At each step, for the rows given, as batch work on the logits' device: what the model's own
-scores put on ending and citing is read for the rows whose levers need it (``Lever.needs_raw``),
-before any mask; the rows' grammar matchers fill one bitmask in one call (xgrammar's thread pool),
-each row's ``WordBound`` clears its over-long words in it, and it is applied once; each row's
-quote guard removes what would break a quote; then the levers say what they change, lever by
-lever across the rows (a ``Lever.batched`` class for all its rows in one call, one removal
-entry per id array they share), each reading only its row's ``AnswerState`` (whose work per
-token does not grow with the answer), and ``StepEdits`` makes the changes of all rows in a few
-indexed writes. No step copies the logits to the host. The rows' tokens are accepted by their
-matchers in one call (``advance_all``). A row whose engine already masks the grammar (a server's
-structured outputs) has no matcher here.
+A step is two parts. ``Steering.prepare`` needs no logits, so an engine may run it while the
+model computes them (``citeformer.decoding.hf``): the rows' grammar matchers fill one bitmask in
+one call (xgrammar's thread pool), each row's ``WordBound`` clears in it what its bounds forbid,
+how each row's mask is to be written is planned (``citeformer.decoding.masks``), each row's
+quote guard says its mask, and the levers that read no scores say what they change.
+``Steering.apply``, on the logits' device: what the model's own scores put on ending and citing is
+read for the rows whose levers need it (``Lever.needs_raw``), before any mask; the bitmask and the
+quote masks are written; then the remaining levers say what they change. Levers act lever by
+lever across the rows (a ``Lever.batched`` class for all its rows in one call, one removal entry
+per id array they share), each reading only its row's ``AnswerState`` (whose work per token does
+not grow with the answer), and ``StepEdits`` makes the changes of all rows in a few indexed
+writes, each row's in the order of its levers. No step copies the logits to the host. The rows'
+tokens are accepted by their matchers in one call (``advance_all``). A row whose engine already
+masks the grammar (a server's structured outputs) has no matcher here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 import xgrammar as xgr
 
 from citeformer.decoding.edits import StepEdits, Wanted, WantedReader
 from citeformer.decoding.levers import AnswerState, Lever, levers_for
-from citeformer.decoding.quote_guard import QuoteGuard
+from citeformer.decoding.masks import MaskPlan, apply_guards, keep_only
+from citeformer.decoding.quote_guard import Mask, QuoteGuard
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.decoding.word_bound import (
     WordBound,
@@ -41,8 +44,8 @@ from citeformer.errors import GrammarViolationError
 from citeformer.request import GenerationRequest
 
 __all__ = [
-    "RowSteering", "Steering", "accept_token", "advance_all", "keep_only", "local_grammar",
-    "steering_for",
+    "RowSteering", "StepMasks", "Steering", "accept_token", "advance_all", "keep_only",
+    "local_grammar", "steering_for",
 ]
 
 
@@ -162,13 +165,16 @@ def _edit_all(
     edits: StepEdits,
     rows: Sequence[tuple[int, RowSteering]],
     on_error: Callable[[int, Exception], None] | None,
+    *,
+    raw: bool | None = None,
 ) -> None:
     """Every row's levers ask ``edits`` for their changes, lever by lever across the rows.
 
     Rows alike in their levers' classes (``RowSteering.kinds``) take each lever together: a
     ``batched`` class in one call for all of them, any other row by row. Each row's levers still
-    act in its own order. A row whose lever raises is told to ``on_error`` (without it the
-    error propagates), its edits are forgotten and its later levers not asked.
+    act in its own order (``StepEdits.position``). A row whose lever raises is told to
+    ``on_error`` (without it the error propagates), its edits are forgotten and its later levers
+    not asked. ``raw``: only the levers whose ``needs_raw`` is that (``None``: all of them).
     """
     alike: dict[tuple[type[Lever], ...], list[tuple[int, RowSteering]]] = {}
     for i, row in rows:
@@ -184,6 +190,9 @@ def _edit_all(
 
     for kinds, members in alike.items():
         for position, kind in enumerate(kinds):
+            if raw is not None and kind.needs_raw is not raw:
+                continue
+            edits.position = position
             live = [(i, row) for i, row in members if i not in failed] if failed else members
             if kind.batched and len(live) >= _BATCHED_FROM:
                 mark = edits.mark()
@@ -259,6 +268,39 @@ class Steering:
         # model waits while the masks are filled, and a process pinned to one thread stays so.
         self._filler = xgr.BatchGrammarMatcher(max(1, torch.get_num_threads()))
         self._readers: dict[tuple[int, torch.device], WantedReader] = {}
+        self._on_host = True
+        """Whether the last logits steered were on the host (how ``prepare`` plans the mask)."""
+
+    def prepare(self, rows: Sequence[tuple[int, RowSteering]]) -> StepMasks:
+        """What ``rows`` will be steered by at the coming step that does not read its logits.
+
+        The rows' grammar bitmask, filled in one call and bounded by each row's ``WordBound``,
+        how each row is to be masked, each quote guard's mask, and the edits of the levers that
+        read no scores (``Lever.needs_raw``). An engine that knows the rows' tokens before the
+        model has computed the next logits makes these meanwhile (``citeformer.decoding.hf``)
+        and hands them to ``apply``; called after the rows' ``advance``, before the logits are
+        steered.
+        """
+        grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
+        plan = None
+        if grammars:
+            indices = [i for i, _ in grammars]
+            bitmask = self._bitmask_for(max(indices) + 1)
+            # One call fills every row (on several threads where the machine has them).
+            self._filler.batch_fill_next_token_bitmask(
+                [matcher for _, matcher in grammars], bitmask, indices=indices
+            )
+            words = bitmask.numpy()  # the same memory: xgrammar's bitmask lives on the host
+            for i, row in rows:
+                if row.word_bound is not None:
+                    row.word_bound.restrict(words[i])
+            plan = MaskPlan(bitmask, indices, self._vocab_size, host=self._on_host)
+        guards = [(i, row.guard, row.guard.mask()) for i, row in rows if row.guard is not None]
+        # The levers that read no scores say their edits now; a row's error waits for ``apply``,
+        # where a row its quote guard fails is not steered by its levers.
+        edits, errors = StepEdits(), []
+        _edit_all(edits, rows, lambda i, error: errors.append((i, error)), raw=False)
+        return StepMasks([i for i, _ in rows], plan, guards, edits, errors)
 
     def apply(
         self,
@@ -266,15 +308,25 @@ class Steering:
         rows: Sequence[tuple[int, RowSteering]],
         *,
         on_error: Callable[[int, Exception], None] | None = None,
+        masks: StepMasks | None = None,
     ) -> None:
         """Steer ``logits`` in place: ``rows`` pairs a row index of ``logits`` with its steering.
 
         Rows left out are untouched. ``on_error``: where a row's guard or levers raise, it is
         told (row index, error) and the other rows are steered still; without it, the error
-        propagates.
+        propagates. ``masks``: the rows' ``prepare``, made since their last ``advance`` (made
+        here where not given).
         """
         if not rows:
             return
+        self._on_host = logits.device.type == "cpu"
+        if masks is None:
+            masks = self.prepare(rows)
+        elif masks.rows != [i for i, _ in rows]:
+            raise ValueError(
+                f"the masks were prepared for rows {masks.rows} but rows "
+                f"{[i for i, _ in rows]} are steered; prepare them for the rows steered"
+            )
         reading = [i for i, row in rows if row.needs_raw]
         reader = self._reader(rows[0][1].vocab, logits.device) if reading else None
         raw = None
@@ -284,35 +336,30 @@ class Steering:
                 logits, reading, shares=lambda i: steered[i].shares(),
                 may_share=lambda i: steered[i].may_share(),
             )
-        grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
-        allowed: dict[int, int] = {}
-        if grammars:
-            indices = [i for i, _ in grammars]
-            bitmask = self._bitmask_for(logits.shape[0])
-            # One call fills every row (on several threads where the machine has them).
-            self._filler.batch_fill_next_token_bitmask(
-                [matcher for _, matcher in grammars], bitmask, indices=indices
-            )
-            words = bitmask.numpy()  # the same memory: xgrammar's bitmask lives on the host
-            for i, row in rows:
-                if row.word_bound is not None:
-                    row.word_bound.restrict(words[i])
-            allowed = _apply_bitmask(logits, bitmask, indices)
+        allowed = masks.plan.apply(logits) if masks.plan is not None else {}
         failed: set[int] = set()
-        guarded = [(i, row.guard) for i, row in rows if row.guard is not None]
-        if guarded:
-            for i, _ in guarded:
+        if masks.guards:
+            for i, _, _ in masks.guards:
                 allowed.pop(i, None)  # the guard removes more
-            for i, error in _apply_guards(logits, guarded):
+            for i, error in apply_guards(logits, masks.guards):
                 if on_error is None:
                     raise error
                 on_error(i, error)
+                failed.add(i)
+        for i, lever_error in masks.errors:  # the levers that read no scores, in ``prepare``
+            if i not in failed:
+                if on_error is None:
+                    raise lever_error
+                on_error(i, lever_error)
                 failed.add(i)
         wanted: dict[int, Wanted] = {}
         if reader is not None and raw is not None:
             wanted = reader.after(raw, logits, reading)
         edits = StepEdits(wanted, allowed)
-        _edit_all(edits, [(i, row) for i, row in rows if i not in failed], on_error)
+        edits.take(masks.edits)
+        for i in failed:
+            edits.forget(i)
+        _edit_all(edits, [(i, row) for i, row in rows if i not in failed], on_error, raw=True)
         edits.apply(logits)
 
     def _reader(self, vocab: Vocabulary, device: torch.device) -> WantedReader:
@@ -323,149 +370,30 @@ class Steering:
                 vocab.enders, vocab.openers, device, chainers=vocab.chainers
             )
         return self._readers[key]
-
-
     def _bitmask_for(self, rows: int) -> torch.Tensor:
         if self._bitmask is None or self._bitmask.shape[0] < rows:
             self._bitmask = xgr.allocate_token_bitmask(rows, self._vocab_size)
         return self._bitmask
 
 
-def _apply_bitmask(
-    logits: torch.Tensor, bitmask: torch.Tensor, indices: list[int]
-) -> dict[int, int]:
-    """Set the logits of the tokens ``bitmask`` forbids to -inf, in the rows ``indices``.
+class StepMasks:
+    """One step's steering made before its logits (``Steering.prepare``): none of it reads them."""
 
-    On a GPU, xgrammar's kernel. On a CPU xgrammar's kernel writes one forbidden token at a time:
-    fast where few are (0.04 ms for 32 rows of prose), slow where most are (3 ms for 32 rows inside
-    markers). There each row is masked the way its count of kept tokens (numpy's bit count) makes
-    cheapest: xgrammar's kernel where a third or less are forbidden, a fill of the row around the
-    few it keeps where it keeps at most ``1/64`` of them (inside a marker), and in between the bits
-    unpacked in one call and selected into the logits without a branch (``_select``). Returns how
-    many tokens each row keeps, where that costs nothing more (on a CPU, with numpy 2).
-    """
-    if logits.device.type != "cpu":
-        mask = bitmask[: logits.shape[0]].to(logits.device, non_blocking=True)
-        xgr.apply_token_bitmask_inplace(logits, mask, indices=indices)
-        return {}
-    packed = bitmask[indices].numpy()
-    width = min(logits.shape[-1], packed.shape[-1] * 32)  # as xgrammar: ids past it untouched
-    if not hasattr(np, "bitwise_count"):  # numpy 1: no count, every row selected
-        _select_rows(logits, packed, indices, width)
-        return {}
-    words = packed[:, : -(-width // 32)].view(np.uint32)  # bitwise_count counts |x| if signed
-    if width % 32:  # ``packed`` is a copy (rows picked by index); bits past width unused
-        words[:, -1] &= (1 << (width % 32)) - 1  # no bit past the vocabulary
-    kept = np.bitwise_count(words).sum(axis=1)
-    counts = dict(zip(indices, kept.tolist(), strict=True))
-    kinds = np.where(3 * (width - kept) < width, 0, np.where(64 * kept <= width, 1, 2))
-    if logits.dtype is torch.float64:  # xgrammar's kernel takes 32- and 16-bit floats
-        kinds[kinds == 0] = 2
-    rows_of = np.asarray(indices)
-    few = np.flatnonzero(kinds == 0)
-    if len(few):  # few tokens forbidden (prose): xgrammar's kernel writes only those
-        xgr.apply_token_bitmask_inplace(logits, bitmask, indices=rows_of[few].tolist())
-    sparse = np.flatnonzero(kinds == 1)
-    if len(sparse):  # few kept: save them, fill the rows, put them back
-        # The few words that hold a kept bit, and their bits (``words`` has no bit past width).
-        holding = words[sparse]
-        at, word = np.nonzero(holding)
-        bits = np.unpackbits(holding[at, word].view(np.uint8)[:, None], axis=-1,
-                             bitorder="little").reshape(len(at), 32)
-        which, bit = np.nonzero(bits)
-        rows = torch.from_numpy(rows_of[sparse][at[which]])
-        columns = torch.from_numpy(word[which] * 32 + bit)
-        keep_only(logits, torch.from_numpy(rows_of[sparse]), rows, columns, width=width)
-    middle = np.flatnonzero(kinds == 2)
-    if len(middle):
-        _select_rows(logits, packed[middle], rows_of[middle].tolist(), width)
-    return counts
-
-
-def _select_rows(logits: torch.Tensor, packed: np.ndarray, indices: list[int], width: int) -> None:
-    """``_select`` the bits of ``packed`` (a row per index) into those rows of ``logits``."""
-    bits = np.unpackbits(packed.view(np.uint8), axis=-1, bitorder="little")[:, :width]
-    if indices == list(range(logits.shape[0])):
-        _select(logits[:, :width], bits)
-    else:  # each row in place: an indexed read and write back cost three times more
-        for k, i in enumerate(indices):
-            _select(logits[i, :width], bits[k])
-
-
-_NEG = float("-inf")
-
-
-def keep_only(
-    logits: torch.Tensor,
-    rows: torch.Tensor | int,
-    r: torch.Tensor | int,
-    c: torch.Tensor,
-    *,
-    width: int | None = None,
-) -> None:
-    """Keep only the entries (``r``, ``c``) of ``rows``: the rest of those rows becomes -inf.
-
-    In place; ``width``: only the first ``width`` ids of each row are filled (``None``: all). A
-    mask that allows few tokens, written as two small indexed writes and one fill.
-    """
-    saved = logits[r, c]
-    if logits.device.type == "cpu" and isinstance(rows, torch.Tensor):
-        for row in rows.tolist():  # a fill per row: an indexed fill costs three times more
-            logits[row, :width].fill_(_NEG)
-    else:
-        logits[rows, :width] = _NEG
-    logits[r, c] = saved
-
-_BITS = {
-    torch.float32: (torch.int32, np.int32), torch.float64: (torch.int64, np.int64),
-    torch.float16: (torch.int16, np.int16), torch.bfloat16: (torch.int16, np.int16),
-}
-"""The integer types (torch's, numpy's) as wide as each float type."""
-
-
-def _select(logits: torch.Tensor, keep: np.ndarray) -> None:
-    """Set ``logits`` (a CPU view) to -inf where ``keep`` (0/1 bytes, same shape) is 0, in place.
-
-    On the floats' bits, without a branch: ``((x ^ NEG) & m) ^ NEG`` with ``m`` all ones where a
-    token is kept and zero where not. A blend or masked fill branches per element and costs ten
-    times more on a CPU where the allowed tokens are scattered over the ids (6 ms against 0.6 for
-    32 rows of SmolLM2's vocabulary, float32).
-    """
-    ints, np_ints = _BITS[logits.dtype]
-    ones = torch.from_numpy(np.negative(keep.view(np.int8)).astype(np_ints))  # 1 -> all ones
-    neg = int(torch.tensor(float("-inf"), dtype=logits.dtype).view(ints))
-    logits.view(ints).bitwise_xor_(neg).bitwise_and_(ones).bitwise_xor_(neg)
-
-
-def _apply_guards(
-    logits: torch.Tensor, guarded: Sequence[tuple[int, QuoteGuard]]
-) -> list[tuple[int, GrammarViolationError]]:
-    """Apply every row's quote mask in two indexed writes; the rows left with no token.
-
-    A mask that allows few tokens saves them, fills its row and puts them back; one that
-    denies some sets them. Whether any row was emptied is read once for all of them.
-    """
-    device = logits.device
-    masks = [(i, guard.mask()) for i, guard in guarded]
-    for allow in (False, True):
-        picked = [(i, mask.ids) for i, mask in masks if mask.allow is allow and (allow or mask.ids)]
-        if not picked:
-            continue
-        lengths = [len(ids) for _, ids in picked]
-        r = torch.tensor(np.repeat([i for i, _ in picked], lengths), dtype=torch.long)
-        c = torch.tensor(np.concatenate([np.asarray(ids, np.int64) for _, ids in picked]),
-                         dtype=torch.long)
-        r, c = r.to(device), c.to(device)
-        if allow:
-            keep_only(logits, torch.tensor([i for i, _ in picked], device=device), r, c)
-        else:
-            logits[r, c] = _NEG
-    rows = torch.tensor([i for i, _ in guarded], device=device)
-    alive = torch.isfinite(logits[rows]).any(dim=-1).tolist()  # one read for every row
-    return [
-        (i, GrammarViolationError(
-            "no token satisfies both the citation grammar and the verbatim quote here; "
-            f"answer state {guard.state[0]!r}"
-        ))
-        for (i, guard), live in zip(guarded, alive, strict=True) if not live
-    ]
+    def __init__(
+        self,
+        rows: list[int],
+        plan: MaskPlan | None,
+        guards: list[tuple[int, QuoteGuard, Mask]],
+        edits: StepEdits,
+        errors: list[tuple[int, Exception]],
+    ) -> None:
+        self.rows = rows
+        """The logits rows they were made for, in order."""
+        self.plan = plan
+        """How the grammar's bitmask is written into the rows that have a matcher."""
+        self.guards = guards
+        """(row, guard, its mask) of each row with a quote guard."""
+        self.edits = edits
+        """The edits of the levers that read no scores (``Lever.needs_raw`` false)."""
+        self.errors = errors
+        """(row, error) of each row where one of those levers raised."""

@@ -26,7 +26,8 @@ from citeformer.decoding.levers import (
     WordRepeatBlock,
     WrapUp,
 )
-from citeformer.decoding.steering import RowSteering, _apply_bitmask, _edit_all
+from citeformer.decoding.masks import apply_bitmask
+from citeformer.decoding.steering import RowSteering, _edit_all
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.evidence import LexicalEvidence
 from citeformer.types import Source
@@ -173,6 +174,32 @@ def test_additions_reach_each_logit_in_the_order_the_levers_made_them() -> None:
     assert scores[0].tolist() == [0.0, one.item(), 1e8, 5.0] and one.item() == 1.0
 
 
+def test_edits_asked_out_of_lever_order_are_made_in_it() -> None:
+    # The levers that read no scores ask ahead of the step (Steering.prepare), the others in
+    # it: each row's edits are still made in the order of its levers (their positions).
+    scores = torch.zeros(2, 4)
+    scores[1, 3] = NEG
+    ahead = StepEdits()
+    ahead.position = 1
+    ahead.add([1], -1e8)
+    ahead.row = 1
+    ahead.position = 0
+    ahead.remove([1])
+    edits = StepEdits(allowed={1: 3})
+    edits.position = 2
+    edits.add([1], 1.0)
+    edits.position = 0
+    edits.add([1], 1e8)
+    edits.row = 1
+    edits.position = 1
+    edits.remove([0, 2])  # after the removal of 1, it would empty the row: not made
+    edits.take(ahead)
+    edits.apply(scores)
+    # In float32, 1e8 + 1 is 1e8: only the levers' order (1e8, -1e8, 1) leaves the 1.
+    assert scores[0].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert torch.isfinite(scores[1]).tolist() == [True, False, True, False]
+
+
 def test_a_failed_rows_edits_are_forgotten() -> None:
     scores = torch.zeros(2, 4)
     edits = StepEdits()
@@ -224,7 +251,7 @@ def test_the_cpu_bitmask_equals_xgrammars_kernel(
     # in between (0, 1).
     for indices in ([0, 1, 2, 3], [1, 3], [2], [3], [0, 2, 3]):
         ours, theirs = scores.clone(), scores.clone()
-        counts = _apply_bitmask(ours, bitmask, indices)
+        counts = apply_bitmask(ours, bitmask, indices)
         kept = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
         if dtype is torch.float64:  # xgrammar's kernel takes no float64
             keep = torch.from_numpy(kept[indices, :width]).bool()

@@ -160,8 +160,8 @@ def ahead_section(
 ) -> dict[str, Any]:
     if family is None:
         gen = CiteGenerator.default(progress=False, dtype="float32")
-        tokenizer, model, batches = gen.tokenizer, stand_in(gen.tokenizer, gen.model.config), (
-            1, 8, 32, 64)
+        tokenizer, model = gen.tokenizer, stand_in(gen.tokenizer, gen.model.config)
+        batches: tuple[int, ...] = (1, 8, 32, 64)
     else:
         tokenizer, model = family_stand_in(family)
         batches = (32,)

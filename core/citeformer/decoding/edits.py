@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import itemgetter
 
 import numpy as np
 import torch
@@ -150,8 +150,8 @@ class StepEdits:
         if self._forgotten:
             self._drop_forgotten()
         # Each row's edits in the order of its levers (a stable sort: asked order among equals).
-        self._removals.sort(key=_position)
-        self._additions.sort(key=_position)
+        self._removals.sort(key=itemgetter(0))
+        self._additions.sort(key=itemgetter(0))
         if self._removals:
             self._apply_removals(logits)
         if self._additions:
@@ -392,12 +392,6 @@ class WantedReader:
                 chain_log_share.tolist(), strict=True,
             )
         }
-
-
-def _position(entry: tuple[Any, ...]) -> int:
-    """An edit's lever position (its first field)."""
-    position: int = entry[0]
-    return position
 
 
 def _shown(value: torch.Tensor | np.ndarray | float) -> str:

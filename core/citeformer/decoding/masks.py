@@ -45,20 +45,21 @@ class MaskPlan:
         self.counts: dict[int, int] = {}
         """How many tokens each row keeps, where that costs nothing more (on a CPU, numpy 2)."""
         self._width = min(vocab_size, bitmask.shape[-1] * 32)
-        self._dtype = dtype
+        self._planned_for: tuple[torch.dtype, int] | None = None
+        """The logits' dtype and masked width the plan is for (``None``: not made yet)."""
         self._few: list[int] = []
         self._sparse: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._middle: tuple[list[int], torch.Tensor] | None = None
-        self._planned = False
         if host:
-            self._plan()
+            self._plan(dtype, self._width)
 
-    def _plan(self) -> None:
-        self._planned = True
-        indices, width = self.indices, self._width
+    def _plan(self, dtype: torch.dtype, width: int) -> None:
+        self._planned_for = (dtype, width)
+        self.counts, self._few, self._sparse, self._middle = {}, [], None, None
+        indices = self.indices
         packed = self.bitmask[indices].numpy()
         if not hasattr(np, "bitwise_count"):  # numpy 1: no count, every row selected
-            self._middle = (indices, _keep_ones(_unpacked(packed, width), self._dtype))
+            self._middle = (indices, _keep_ones(_unpacked(packed, width), dtype))
             return
         words = packed[:, : -(-width // 32)].view(np.uint32)  # bitwise_count counts |x| if signed
         if width % 32:  # ``packed`` is a copy (rows picked by index); bits past width unused
@@ -66,7 +67,7 @@ class MaskPlan:
         kept = np.bitwise_count(words).sum(axis=1)
         self.counts = dict(zip(indices, kept.tolist(), strict=True))
         kinds = np.where(3 * (width - kept) < width, 0, np.where(64 * kept <= width, 1, 2))
-        if self._dtype is torch.float64:  # xgrammar's kernel takes 32- and 16-bit floats
+        if dtype is torch.float64:  # xgrammar's kernel takes 32- and 16-bit floats
             kinds[kinds == 0] = 2
         rows_of = np.asarray(indices)
         self._few = rows_of[kinds == 0].tolist()
@@ -86,7 +87,7 @@ class MaskPlan:
         middle = np.flatnonzero(kinds == 2)
         if len(middle):
             self._middle = (
-                rows_of[middle].tolist(), _keep_ones(_unpacked(packed[middle], width), self._dtype)
+                rows_of[middle].tolist(), _keep_ones(_unpacked(packed[middle], width), dtype)
             )
 
     def apply(self, logits: torch.Tensor) -> dict[int, int]:
@@ -99,15 +100,9 @@ class MaskPlan:
             mask = bitmask[: logits.shape[0]].to(logits.device, non_blocking=True)
             xgr.apply_token_bitmask_inplace(logits, mask, indices=self.indices)
             return {}
-        if logits.dtype is not self._dtype or min(logits.shape[-1], self._width) != self._width:
-            # Planned for other logits (another dtype, or fewer ids than the vocabulary).
-            self._dtype = logits.dtype
-            self._width = min(logits.shape[-1], self._width)
-            self._few, self._sparse, self._middle, self.counts = [], None, None, {}
-            self._plan()
-        elif not self._planned:
-            self._plan()  # made for a device's logits
-        width = self._width
+        width = min(logits.shape[-1], self._width)  # as xgrammar: ids past it untouched
+        if self._planned_for != (logits.dtype, width):  # not made, or for other logits
+            self._plan(logits.dtype, width)
         if self._few:  # few tokens forbidden (prose): xgrammar's kernel writes only those
             xgr.apply_token_bitmask_inplace(logits, self.bitmask, indices=self._few)
         if self._sparse is not None:

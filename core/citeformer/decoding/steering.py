@@ -25,6 +25,7 @@ masks the grammar (a server's structured outputs) has no matcher here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import xgrammar as xgr
@@ -40,7 +41,7 @@ from citeformer.decoding.word_bound import (
     counts_words,
     word_bound_for,
 )
-from citeformer.errors import GrammarViolationError
+from citeformer.errors import GrammarViolationError, InvalidInputError
 from citeformer.request import GenerationRequest
 
 __all__ = [
@@ -323,7 +324,7 @@ class Steering:
         if masks is None:
             masks = self.prepare(rows)
         elif masks.rows != [i for i, _ in rows]:
-            raise ValueError(
+            raise InvalidInputError(
                 f"the masks were prepared for rows {masks.rows} but rows "
                 f"{[i for i, _ in rows]} are steered; prepare them for the rows steered"
             )
@@ -370,30 +371,24 @@ class Steering:
                 vocab.enders, vocab.openers, device, chainers=vocab.chainers
             )
         return self._readers[key]
+
     def _bitmask_for(self, rows: int) -> torch.Tensor:
         if self._bitmask is None or self._bitmask.shape[0] < rows:
             self._bitmask = xgr.allocate_token_bitmask(rows, self._vocab_size)
         return self._bitmask
 
 
+@dataclass(frozen=True)
 class StepMasks:
     """One step's steering made before its logits (``Steering.prepare``): none of it reads them."""
 
-    def __init__(
-        self,
-        rows: list[int],
-        plan: MaskPlan | None,
-        guards: list[tuple[int, QuoteGuard, Mask]],
-        edits: StepEdits,
-        errors: list[tuple[int, Exception]],
-    ) -> None:
-        self.rows = rows
-        """The logits rows they were made for, in order."""
-        self.plan = plan
-        """How the grammar's bitmask is written into the rows that have a matcher."""
-        self.guards = guards
-        """(row, guard, its mask) of each row with a quote guard."""
-        self.edits = edits
-        """The edits of the levers that read no scores (``Lever.needs_raw`` false)."""
-        self.errors = errors
-        """(row, error) of each row where one of those levers raised."""
+    rows: list[int]
+    """The logits rows they were made for, in order."""
+    plan: MaskPlan | None
+    """How the grammar's bitmask is written into the rows that have a matcher."""
+    guards: list[tuple[int, QuoteGuard, Mask]]
+    """(row, guard, its mask) of each row with a quote guard."""
+    edits: StepEdits
+    """The edits of the levers that read no scores (``Lever.needs_raw`` false)."""
+    errors: list[tuple[int, Exception]]
+    """(row, error) of each row where one of those levers raised."""

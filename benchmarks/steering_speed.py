@@ -38,7 +38,9 @@ bounded to 24 words, fed a 20-word prose sentence token by token.
 worker thread during the forward pass (``work_ahead=True``) and made in the step
 (``work_ahead=False``), the two in turn ``--reps`` times at batch 1, 8, 32 and 64 on ``--device``:
 per arm, the median step and the median steering wall time (what the step waits for) of each run,
-and the best of those; whether both arms wrote the same tokens. ``ahead_family``: the same at
+and the best of those; after each pair, the same batch unsteered for as many steps as the steered
+one took (``plain``), and each arm's best step less plain's best (``added_ms``); whether both arms
+wrote the same tokens. ``ahead_family``: the same at
 batch 32 on ``--family``'s stand-in.
 
 ``memory``: peak RSS of a child process answering a batch of 32 technical questions with the
@@ -172,11 +174,13 @@ def ahead_section(
     }
     found: dict[str, Any] = {"device": device, "vocab": len(tokenizer)}
     for batch in batches:
+        items = held_out(batch)
         rows = [inline.prepare(build_request(item.question, item.sources(), max_new_tokens=tokens))
-                for item in held_out(batch)]
+                for item in items]
         inline.run(rows[:1])  # warm the kernels
-        runs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in engines}
+        runs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in (*engines, "plain")}
         tokens_of: dict[str, list[list[int]]] = {}
+        plain: list[Any] = []
         for _ in range(reps):
             for arm, engine in engines.items():
                 stamps: list[float] = []
@@ -184,6 +188,15 @@ def ahead_section(
                 steps = [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]
                 runs[arm].append((_ms(steps)["median"], _ms(decoded.step_seconds[1:])["median"]))
                 tokens_of[arm] = decoded.ids
+            if not plain:  # unsteered, as many steps as the steered batch took
+                longest = max(len(ids) for ids in tokens_of["inline"])
+                plain = [inline.prepare(build_request(
+                    item.question, item.sources(), max_new_tokens=longest, constrained=False,
+                )) for item in items]
+            stamps = []
+            inline.run(plain, streamer=_Clock(stamps))
+            steps = [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]
+            runs["plain"].append((_ms(steps)["median"], 0.0))
         line: dict[str, Any] = {
             arm: {
                 "step_ms": [step for step, _ in found_runs],
@@ -195,9 +208,13 @@ def ahead_section(
         }
         line["same_tokens"] = tokens_of["inline"] == tokens_of["ahead"]
         line["saved_ms"] = line["inline"]["best_step_ms"] - line["ahead"]["best_step_ms"]
+        plain_ms = line["plain"]["best_step_ms"]
+        for arm in engines:
+            line[arm]["added_ms"] = line[arm]["best_step_ms"] - plain_ms
         found[str(batch)] = line
-        print(f"batch {batch:>2}: best step inline {line['inline']['best_step_ms']:.2f} ms, "
-              f"ahead {line['ahead']['best_step_ms']:.2f} (saved {line['saved_ms']:.2f}); "
+        print(f"batch {batch:>2}: best step plain {plain_ms:.2f} ms, inline "
+              f"{line['inline']['best_step_ms']:.2f} (+{line['inline']['added_ms']:.2f}), ahead "
+              f"{line['ahead']['best_step_ms']:.2f} (+{line['ahead']['added_ms']:.2f}); "
               f"steering waited for {line['inline']['best_steering_ms']:.2f} and "
               f"{line['ahead']['best_steering_ms']:.2f}; same tokens {line['same_tokens']}",
               flush=True)

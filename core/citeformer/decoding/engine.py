@@ -200,7 +200,8 @@ class TransformersEngine(DecodingEngine):
         A new kit ends answers at ``stop_token_ids(model, tokenizer)`` and keeps
         ``grammar_cache_size`` compiled grammars. ``work_ahead``: whether each step's steering
         that reads no logits is made in a worker thread during the model's forward pass
-        (``SteeringLogitsProcessor``); ``None``, where the model is not on the host.
+        (``SteeringLogitsProcessor``); ``None``, where the model is not on the host or torch
+        leaves a core free.
         """
         positions = getattr(model.config, "max_position_embeddings", None)
         super().__init__(
@@ -249,6 +250,7 @@ class TransformersEngine(DecodingEngine):
         stopping = StoppingCriteriaList([CancelCriteria(cancel)] if cancel is not None else [])
         if processor is not None:
             stopping.append(processor.ahead)
+            processor.watch(self.model)
         with rng, torch.inference_mode(), _closing(processor):
             if request.seed is not None:
                 torch.manual_seed(request.seed)
@@ -328,7 +330,7 @@ def _text_tokenized_apart(messages: list[dict[str, str]], tokenizer: Any) -> lis
 
 @contextlib.contextmanager
 def _closing(processor: SteeringLogitsProcessor | None) -> Iterator[None]:
-    """Close ``processor`` (its worker thread) once ``generate`` returns or raises."""
+    """Close ``processor`` (its hook, its worker thread) once ``generate`` returns or raises."""
     try:
         yield
     finally:

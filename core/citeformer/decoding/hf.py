@@ -4,18 +4,23 @@
 ids so far; the adapter turns that convention into the core's: each row's last token goes to its
 ``RowSteering`` (``advance``), and the batch of logits to ``Steering.apply``.
 
-Where the model runs on an accelerator, what needs no logits is done ahead: ``generate`` asks its
-stopping criteria about each step's tokens before the model's next forward pass, and the
-processor's ``ahead`` criterion hands the rows' ``advance`` and the rest of the next step's
-``Steering.prepare`` (the grammar's fill, the word bounds, the quote masks, the levers that read no
-scores) to a worker thread there, so the host makes them while the device computes the logits.
-Where the model runs on the host it needs the cores itself: beside a CPU model the work ahead made
-steps slower, not faster (benchmarks/README.md, "Steering ahead"), so there the processor does the
-same work itself, in the same order, as it does without the criterion in ``generate``'s list.
+What needs no logits can be done ahead, while the model computes the next step's logits:
+``generate`` asks its stopping criteria about each step's tokens before the model's next forward
+pass, and the processor's ``ahead`` criterion notes them. When the model begins its output layer
+(a forward pre-hook on ``get_output_embeddings()``: its matrix product runs without Python's
+global lock, and on an accelerator the layers before it are still computing), a worker thread
+starts the rows' ``advance`` and the rest of the next step's ``Steering.prepare`` (the grammar's
+fill, the word bounds, the quote masks, the levers that read no scores), and the logits processor
+waits only for what is left. Started any earlier, the worker takes turns with the forward pass's
+own Python between the layers and gains nothing on a CPU (benchmarks/README.md, "Steering ahead of
+the step"). A model without an output layer to watch has the work started at the criterion. The
+work goes ahead where the logits are not on the host, or where torch leaves a core free for the
+worker; otherwise the processor does the same work itself, in the same order, in the step.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -36,9 +41,10 @@ class SteeringLogitsProcessor(LogitsProcessor):
 
     A row that produced a stop token is finished: ``generate`` pads it from then on, and it is
     never advanced or steered again. One instance serves one ``generate()`` call; put ``ahead``
-    in that call's stopping criteria, and ``close`` it once the call returns. ``work_ahead``:
-    whether the ``ahead`` criterion starts the next step's work in a worker thread; ``None``,
-    where the logits are not on the host (a model on an accelerator).
+    in that call's stopping criteria, ``watch`` the model, and ``close`` it once the call returns.
+    ``work_ahead``: whether the next step's work is made in a worker thread while the model
+    computes; ``None``, where the logits are not on the host (a model on an accelerator) or torch
+    uses fewer threads than the process has cores.
     """
 
     def __init__(
@@ -57,8 +63,12 @@ class SteeringLogitsProcessor(LogitsProcessor):
         self._work_ahead = work_ahead
         self._next: Future[StepMasks] | None = None
         self._worker: ThreadPoolExecutor | None = None
+        self._chosen: list[int] | None = None  # the tokens noted, their work not yet started
+        self._owner: int | None = None  # the thread that runs the generate call
+        self._hook: Any = None
         self.ahead = _Ahead(self)
-        """The stopping criterion (it never stops a row) that starts each step's work ahead."""
+        """The stopping criterion (it never stops a row) that notes each step's tokens for the work
+        ahead (``note_chosen``)."""
         self.seconds: list[float] = []
         """Wall time each step's steering (grammar, quotes, levers) held up the step: the logits
         processor's own, and the wait for what was started ahead, in seconds."""
@@ -85,21 +95,43 @@ class SteeringLogitsProcessor(LogitsProcessor):
                 started = time.perf_counter()
                 self._advance(last)
             masks = self._steering.prepare(self._steered())
+            self._chosen = None  # made here: the output layer did not run since they were noted
         if not self._started and self._work_ahead is None:
-            self._work_ahead = scores.device.type != "cpu"
+            self._work_ahead = scores.device.type != "cpu" or torch.get_num_threads() < _cores()
         self._started = True
         self._steering.apply(scores, self._steered(), masks=masks)
         self.seconds.append(time.perf_counter() - started)
         return scores
 
-    def start_ahead(self, input_ids: torch.Tensor) -> None:
-        """Start advancing the rows past the tokens just chosen, and their next masks."""
+    def watch(self, model: torch.nn.Module) -> None:
+        """Start each step's work ahead when ``model`` begins its output layer (see the module)."""
+        output_layer = getattr(model, "get_output_embeddings", None)
+        layer = output_layer() if callable(output_layer) else None
+        if isinstance(layer, torch.nn.Module):
+            self._hook = layer.register_forward_pre_hook(self._head_begins)
+
+    def note_chosen(self, input_ids: torch.Tensor) -> None:
+        """Note the tokens just chosen: the rows' advance past them and their next masks."""
         if not (self._started and self._work_ahead) or self._next is not None:
             return
-        last: list[int] = input_ids[:, -1].tolist()
+        # Read here, where generate has waited for the tokens: a read at the output layer would
+        # wait for the device to finish the layers before it.
+        self._chosen = input_ids[:, -1].tolist()
+        self._owner = threading.get_ident()
+        if self._hook is None:
+            self.start_ahead()
+
+    def start_ahead(self) -> None:
+        """Start the work on the tokens noted, in the worker thread."""
+        if self._chosen is None or threading.get_ident() != self._owner:
+            return  # nothing noted, or the model runs for another caller's thread
+        last, self._chosen = self._chosen, None
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="citeformer-steering")
         self._next = self._worker.submit(self._advance_and_prepare, last)
+
+    def _head_begins(self, module: torch.nn.Module, args: Any) -> None:
+        self.start_ahead()
 
     def _advance_and_prepare(self, last: list[int]) -> StepMasks:
         started = time.perf_counter()
@@ -116,11 +148,22 @@ class SteeringLogitsProcessor(LogitsProcessor):
         return [(i, self._rows[i]) for i in self._live]
 
     def close(self) -> None:
-        """Wait for the work started ahead, if any, and end the worker thread."""
+        """Stop watching the model, wait for the work started ahead, end the worker thread."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
         if self._worker is not None:
             self._worker.shutdown(wait=True)
             self._worker = None
         self._next = None
+        self._chosen = None
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class _Ahead(StoppingCriteria):
@@ -132,7 +175,7 @@ class _Ahead(StoppingCriteria):
     def __call__(  # noqa: D102
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **_: Any
     ) -> Any:
-        self._processor.start_ahead(input_ids)
+        self._processor.note_chosen(input_ids)
         return torch.zeros((input_ids.shape[0],), dtype=torch.bool, device=input_ids.device)
 
 

@@ -102,6 +102,107 @@ def test_an_error_made_ahead_is_raised_by_the_step_it_belongs_to() -> None:
     assert not steering_threads()
 
 
+class WithHead(torch.nn.Module):
+    """A model whose output layer the processor can watch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Identity()
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.head
+
+
+def one_row_processor(gen: CiteGenerator, **options: object) -> SteeringLogitsProcessor:
+    compiled = gen.compiled_grammar(2, Policy.REQUIRED)
+    row = RowSteering(gen.engine.vocab, matcher=xgr.GrammarMatcher(compiled), levers=[])
+    return SteeringLogitsProcessor(
+        [row], vocab_size=gen.tokenizer_info.vocab_size, stop_token_ids=gen.stop_token_ids,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def first_step(processor: SteeringLogitsProcessor, gen: CiteGenerator) -> torch.Tensor:
+    """The processor called on the prompt's logits; the prompt's ids."""
+    ids = torch.zeros((1, 3), dtype=torch.long)
+    processor(ids, torch.zeros(1, gen.tokenizer_info.vocab_size))
+    return ids
+
+
+def chosen(processor: SteeringLogitsProcessor, ids: torch.Tensor, token: int) -> torch.Tensor:
+    """``ids`` with ``token`` chosen, told to the processor's criterion, then its logits."""
+    ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+    processor.ahead(ids, torch.zeros(1, 1))
+    return ids
+
+
+def test_a_watched_model_starts_the_work_when_its_output_layer_begins() -> None:
+    tokenizer = tiny_tokenizer()
+    gen = CiteGenerator(bracket_hungry_llama(tokenizer), tokenizer)
+    processor = one_row_processor(gen, work_ahead=True)
+    model = WithHead()
+    processor.watch(model)
+    width = gen.tokenizer_info.vocab_size
+    ids = chosen(processor, first_step(processor, gen), tokenizer("Paris").input_ids[0])
+    assert not processor.ahead_seconds and not steering_threads()  # noted, not started
+    other = threading.Thread(target=model.head, args=(torch.zeros(1),))
+    other.start()
+    other.join()
+    assert not steering_threads()  # the model ran for another thread: not this call's step
+    model.head(torch.zeros(1))
+    processor(ids, torch.zeros(1, width))
+    assert len(processor.ahead_seconds) == 1
+    processor.close()
+    assert not model.head._forward_pre_hooks  # the hook is gone with the call
+    model.head(torch.zeros(1))
+    assert not steering_threads()
+    assert len(processor.ahead_seconds) == 1
+
+
+def test_unwatched_noted_tokens_are_advanced_once_in_the_step() -> None:
+    # Watched, but the output layer never runs before the step: the step makes the work itself.
+    tokenizer = tiny_tokenizer()
+    gen = CiteGenerator(bracket_hungry_llama(tokenizer), tokenizer)
+    seen: list[list[int]] = []
+    compiled = gen.compiled_grammar(2, Policy.REQUIRED)
+    processor = SteeringLogitsProcessor(
+        [RowSteering(gen.engine.vocab, matcher=xgr.GrammarMatcher(compiled),
+                     levers=[Recorder(seen)])],
+        vocab_size=gen.tokenizer_info.vocab_size, stop_token_ids=gen.stop_token_ids,
+        work_ahead=True,
+    )
+    model = WithHead()
+    processor.watch(model)
+    ids = first_step(processor, gen)
+    answer = tokenizer("Paris is", add_special_tokens=False).input_ids
+    for token in answer[:2]:
+        ids = chosen(processor, ids, token)
+        processor(ids, torch.zeros(1, gen.tokenizer_info.vocab_size))
+        model.head(torch.zeros(1))  # a later forward pass: the tokens are advanced already
+    processor.close()
+    assert seen == [[], answer[:1], answer[:2]]
+    assert not processor.ahead_seconds
+
+
+@pytest.mark.parametrize(("cores", "ahead"), [(4, True), (1, False)])
+def test_by_default_a_host_model_works_ahead_only_beside_a_free_core(
+    cores: int, ahead: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("citeformer.decoding.hf._cores", lambda: cores)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        tokenizer = tiny_tokenizer()
+        gen = CiteGenerator(bracket_hungry_llama(tokenizer), tokenizer)
+        processor = one_row_processor(gen)
+        ids = chosen(processor, first_step(processor, gen), tokenizer("Paris").input_ids[0])
+        processor(ids, torch.zeros(1, gen.tokenizer_info.vocab_size))
+        processor.close()
+    finally:
+        torch.set_num_threads(threads)
+    assert bool(processor.ahead_seconds) is ahead
+
+
 QUESTIONS = [
     "What is the capital of France? Cite it as [7].",
     "How many residents does Berlin have?",
@@ -135,6 +236,14 @@ def test_work_made_ahead_writes_the_same_answers(
         return ahead(self, last)
 
     monkeypatch.setattr(SteeringLogitsProcessor, "_advance_and_prepare", counted)
+    noted = SteeringLogitsProcessor.note_chosen
+    started_at_note: list[bool] = []
+
+    def note(self: SteeringLogitsProcessor, input_ids: torch.Tensor) -> None:
+        noted(self, input_ids)
+        started_at_note.append(self._next is not None)
+
+    monkeypatch.setattr(SteeringLogitsProcessor, "note_chosen", note)
     requests = [
         build_request(question, SOURCES, policy=policy, max_new_tokens=48, do_sample=True,
                       temperature=1.0, seed=11)
@@ -149,5 +258,7 @@ def test_work_made_ahead_writes_the_same_answers(
         torch.set_num_threads(threads)
     assert answers[True] == answers[False]
     assert len(made_ahead) >= 20  # the steps after the first were made ahead
+    assert not any(started_at_note)  # each started when the model's output layer began
     assert len({text for text, _ in answers[True]}) == len(QUESTIONS)
     assert not steering_threads()  # closed with the generate call
+    assert not gen.model.get_output_embeddings()._forward_pre_hooks  # no longer watched

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -42,25 +41,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from citebench.data import Item, load_dataset  # noqa: E402
 
-from citeformer import CiteGenerator, Policy, Source  # noqa: E402
+from citeformer import CiteGenerator, Policy, Source, scan_markers  # noqa: E402
 from citeformer.evidence.scoring import LexicalEvidence, claim_of  # noqa: E402
+from citeformer.grammar.markers import OPEN_GROUP  # noqa: E402
 from citeformer.prompt import build_messages, render_prompt  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-_MARKER = re.compile(r"\[(\d+)\]")
-_MARKERS_AT_END = re.compile(r"(?:\[\d+\])+$")
 LIKELIHOOD_MIXES = ((0.5, 4.0), (0.5, 8.0), (1.0, 8.0))  # (weight, temperature in nats)
 ATTENTION_MIXES = (0.5, 1.0, 2.0)
 
 
-def cited_claims(text: str) -> Iterator[tuple[int, str, str]]:
+def cited_claims(text: str, n_sources: int) -> Iterator[tuple[int, str, str]]:
     """Each marker of ``text``: its id, the claim it cites, and the answer up to the claim's end.
 
-    A marker stacked after another (``[1][3]``) cites the same claim as the first.
+    The markers are the ones the metrics count (``scan_markers``); a marker stacked after another
+    (``[1][3]``) cites the same claim as the first (``claim_before_marker``).
     """
-    for match in _MARKER.finditer(text):
-        head = _MARKERS_AT_END.sub("", text[: match.start()]).rstrip()
-        yield int(match.group(1)), claim_of(head), head
+    for citation in scan_markers(text, n_sources).citations:
+        opened = text[: citation.start + 1]  # ends in the group this marker opens or continues
+        group = OPEN_GROUP.search(opened)
+        head = opened[: group.start()].rstrip() if group else opened[:-1].rstrip()
+        yield citation.source_id, claim_of(head), head
 
 
 def source_spans(prompt: str, sources: Sequence[Source]) -> list[tuple[int, int]]:
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         for answer in stored["sets"][dataset][args.arm]["records"]:
             item = items[answer["item"]]
             lexical = LexicalEvidence().bind(item.question, item.sources())
-            for chosen, claim, head in cited_claims(answer["text"]):
+            for chosen, claim, head in cited_claims(answer["text"], len(item.passages)):
                 records.append({
                     "dataset": dataset, "item": item.id, "gold": sorted(item.gold_numbers()),
                     "chosen": chosen, "claim": claim,

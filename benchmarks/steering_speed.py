@@ -108,11 +108,8 @@ def step_times(
             ))
             for item in items
         ]
-        stamps: list[float] = []
         engine.run(rows[:1])  # warm the kernels
-        streamer = _Clock(stamps)
-        decoded = engine.run(rows, streamer=streamer)
-        steps = [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]  # decode steps
+        decoded, steps = timed_steps(engine, rows)
         result[arm] = {
             "step_ms": _ms(steps),
             "steering_ms": _ms(decoded.step_seconds[1:]),
@@ -121,6 +118,13 @@ def step_times(
     steps = {arm: result[arm]["step_ms"]["median"] for arm in ("plain", "steered")}
     result["added_ms"] = steps["steered"] - steps["plain"]
     return result
+
+
+def timed_steps(engine: TransformersEngine, rows: list[Any]) -> tuple[Any, list[float]]:
+    """``rows`` decoded as one batch, and the wall time of each decode step (not the prompt)."""
+    stamps: list[float] = []
+    decoded = engine.run(rows, streamer=_Clock(stamps))
+    return decoded, [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]
 
 
 class _Clock:
@@ -183,9 +187,7 @@ def ahead_section(
         plain: list[Any] = []
         for _ in range(reps):
             for arm, engine in engines.items():
-                stamps: list[float] = []
-                decoded = engine.run(rows, streamer=_Clock(stamps))
-                steps = [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]
+                decoded, steps = timed_steps(engine, rows)
                 runs[arm].append((_ms(steps)["median"], _ms(decoded.step_seconds[1:])["median"]))
                 tokens_of[arm] = decoded.ids
             if not plain:  # unsteered, as many steps as the steered batch took
@@ -193,9 +195,7 @@ def ahead_section(
                 plain = [inline.prepare(build_request(
                     item.question, item.sources(), max_new_tokens=longest, constrained=False,
                 )) for item in items]
-            stamps = []
-            inline.run(plain, streamer=_Clock(stamps))
-            steps = [b - a for a, b in zip(stamps[1:], stamps[2:], strict=False)]
+            _, steps = timed_steps(inline, plain)
             runs["plain"].append((_ms(steps)["median"], 0.0))
         line: dict[str, Any] = {
             arm: {

@@ -1,4 +1,4 @@
-"""benchmarks/evidence_candidates.py: the claims its markers cite, the sources' places, its table."""
+"""benchmarks/evidence_candidates.py: the claims markers cite, where sources lie, the table."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from tests.tiny import tiny_tokenizer
 
 def test_each_marker_cites_the_claim_before_it_and_a_stacked_one_the_same() -> None:
     text = "Paris is in France [1][3]. It has 2.1 million residents [2]."
-    assert [(k, claim) for k, claim, _ in cited_claims(text)] == [
+    assert [(k, claim) for k, claim, _ in cited_claims(text, 3)] == [
         (1, "Paris is in France"), (3, "Paris is in France"),
         (2, "It has 2.1 million residents"),
     ]
-    assert [head for *_, head in cited_claims(text)][-1] == (
+    assert [head for *_, head in cited_claims(text, 3)][-1] == (
         "Paris is in France [1][3]. It has 2.1 million residents"
     )
 

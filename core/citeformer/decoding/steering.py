@@ -267,10 +267,7 @@ class Steering:
         self._bitmask: torch.Tensor | None = None
         # As many threads as torch computes with (xgrammar's "auto" takes half the cores): the
         # model waits while the masks are filled, and a process pinned to one thread stays so.
-        # One row's fill cannot be split; handing it to the pool cost 2.6 ms a step on two
-        # threads (benchmarks/README.md, "Steering ahead of the step"), so one row fills inline.
         self._filler = xgr.BatchGrammarMatcher(max(1, torch.get_num_threads()))
-        self._one_filler = xgr.BatchGrammarMatcher(1)
         self._readers: dict[tuple[int, torch.device], WantedReader] = {}
         self._on_host = True
         """Whether the last logits steered were on the host (how ``prepare`` plans the mask)."""
@@ -290,11 +287,12 @@ class Steering:
         if grammars:
             indices = [i for i, _ in grammars]
             bitmask = self._bitmask_for(max(indices) + 1)
-            # One call fills every row (on several threads where the machine has them).
-            filler = self._filler if len(grammars) > 1 else self._one_filler
-            filler.batch_fill_next_token_bitmask(
-                [matcher for _, matcher in grammars], bitmask, indices=indices
-            )
+            if len(grammars) > 1:  # one call fills every row, on several threads where there are
+                self._filler.batch_fill_next_token_bitmask(
+                    [matcher for _, matcher in grammars], bitmask, indices=indices
+                )
+            else:  # one row's fill cannot be split: the pool cost 2.6 ms a step on two threads
+                grammars[0][1].fill_next_token_bitmask(bitmask, indices[0])
             words = bitmask.numpy()  # the same memory: xgrammar's bitmask lives on the host
             for i, row in rows:
                 if row.word_bound is not None:

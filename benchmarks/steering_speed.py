@@ -58,6 +58,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -162,15 +163,16 @@ def steps_section(tokens: int) -> dict[str, Any]:
 
 
 def ahead_section(
-    tokens: int, device: str, reps: int, family: str | None = None
+    tokens: int, device: str, reps: int, family: str | None = None,
+    batches: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     if family is None:
         gen = CiteGenerator.default(progress=False, dtype="float32")
         tokenizer, model = gen.tokenizer, stand_in(gen.tokenizer, gen.model.config)
-        batches: tuple[int, ...] = (1, 8, 32, 64)
     else:
         tokenizer, model = family_stand_in(family)
-        batches = (32,)
+    if batches is None:
+        batches = (1, 8, 32, 64) if family is None else (32,)
     model = model.to(device)
     inline = TransformersEngine(model, tokenizer, work_ahead=False)
     engines = {
@@ -467,6 +469,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the tokenizer family of the family section's stand-in")
     parser.add_argument("--device", default="cpu", help="where the ahead section's stand-in runs")
     parser.add_argument("--reps", type=int, default=5, help="runs per arm in the ahead section")
+    parser.add_argument("--batches", type=int, nargs="+", default=None,
+                        help="the ahead sections' batch sizes (default 1 8 32 64; 32 for a family)")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -487,9 +491,11 @@ def main(argv: list[str] | None = None) -> None:
         elif section == "shapes":
             found = shapes_section(args.family)
         elif section == "ahead":
-            found = ahead_section(args.tokens, args.device, args.reps)
+            found = ahead_section(args.tokens, args.device, args.reps, batches=args.batches)
         elif section == "ahead_family":
-            found = ahead_section(args.tokens, args.device, args.reps, args.family)
+            found = ahead_section(
+                args.tokens, args.device, args.reps, args.family, batches=args.batches
+            )
         else:
             found = memory_section(args.tokens, args.threads)
         # Read again before each write: runs of two trees side by side merge, not overwrite.

@@ -9,6 +9,7 @@ import pytest
 import torch
 import xgrammar as xgr
 
+from citeformer.decoding import edits as edits_module
 from citeformer.decoding.edits import StepEdits, WantedReader
 from citeformer.decoding.levers import (
     AnswerState,
@@ -31,6 +32,15 @@ from citeformer.decoding.steering import RowSteering, _edit_all
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.evidence import LexicalEvidence
 from citeformer.types import Source
+
+
+@pytest.fixture(autouse=True, params=["host", "torch"])
+def logits_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Host float logits are read and written through numpy; every test also runs torch's way,
+    the one 16-bit floats and an accelerator's logits take."""
+    if request.param == "torch":
+        monkeypatch.setattr(edits_module, "_host", lambda logits: None)
+
 
 VOCAB = [
     b"<eos>", b"Paris", b" is", b" [", b"[", b"1", b"]", b".", b".\n", b",", b" in", b"8",
@@ -158,6 +168,17 @@ def test_removals_keep_a_token_as_levers_acting_in_turn_would() -> None:
     edits.apply(scores)
     assert torch.isfinite(scores[0]).tolist() == [i in (2, 3) for i in range(len(VOCAB))]
     assert torch.isfinite(scores[1]).tolist() == [i == 3 for i in range(len(VOCAB))]
+
+
+def test_removals_the_masks_leave_room_for_are_made_in_one_write() -> None:
+    scores = torch.zeros(2, 6)
+    edits = StepEdits(allowed={0: 6, 1: 6})  # far more tokens than the removals take
+    edits.remove([1, 2])
+    edits.remove_rows([0, 1], [4])
+    edits.apply(scores)
+    assert torch.isfinite(scores).tolist() == [
+        [i not in (1, 2, 4) for i in range(6)], [i != 4 for i in range(6)]
+    ]
 
 
 def test_additions_reach_each_logit_in_the_order_the_levers_made_them() -> None:

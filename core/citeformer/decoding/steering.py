@@ -8,9 +8,10 @@ llama-cpp-python's ``logits_processor`` hook.
 
 A step is two parts. ``Steering.prepare`` needs no logits, so an engine may run it while the
 model computes them (``citeformer.decoding.hf``): the rows' grammar matchers fill one bitmask in
-one call (xgrammar's thread pool), each row's ``WordBound`` clears in it what its bounds forbid,
-how each row's mask is to be written is planned (``citeformer.decoding.masks``), each row's
-quote guard says its mask, and the levers that read no scores say what they change.
+one call (on one thread beside a model on the host), each row's ``WordBound`` clears in it what
+its bounds forbid, how each row's mask is to be written is planned
+(``citeformer.decoding.masks``), each row's quote guard says its mask, and the levers that read
+no scores say what they change.
 ``Steering.apply``, on the logits' device: what the model's own scores put on ending and citing is
 read for the rows whose levers need it (``Lever.needs_raw``), before any mask; the bitmask and the
 quote masks are written; then the remaining levers say what they change. Levers act lever by
@@ -265,9 +266,7 @@ class Steering:
     def __init__(self, vocab_size: int) -> None:
         self._vocab_size = vocab_size
         self._bitmask: torch.Tensor | None = None
-        # As many threads as torch computes with (xgrammar's "auto" takes half the cores): the
-        # model waits while the masks are filled, and a process pinned to one thread stays so.
-        self._filler = xgr.BatchGrammarMatcher(max(1, torch.get_num_threads()))
+        self._fillers: dict[int, xgr.BatchGrammarMatcher] = {}
         self._readers: dict[tuple[int, torch.device], WantedReader] = {}
         self._on_host = True
         """Whether the last logits steered were on the host (how ``prepare`` plans the mask)."""
@@ -287,8 +286,8 @@ class Steering:
         if grammars:
             indices = [i for i, _ in grammars]
             bitmask = self._bitmask_for(max(indices) + 1)
-            if len(grammars) > 1:  # one call fills every row, on several threads where there are
-                self._filler.batch_fill_next_token_bitmask(
+            if len(grammars) > 1:  # one call fills every row
+                self._filler().batch_fill_next_token_bitmask(
                     [matcher for _, matcher in grammars], bitmask, indices=indices
                 )
             else:  # one row's fill cannot be split: the pool cost 2.6 ms a step on two threads
@@ -373,6 +372,20 @@ class Steering:
                 vocab.enders, vocab.openers, device, chainers=vocab.chainers
             )
         return self._readers[key]
+
+    def _filler(self) -> xgr.BatchGrammarMatcher:
+        """What fills several rows' masks at once: on one thread where the model runs on the host.
+
+        There torch's threads have just computed the logits and still hold the cores (OpenMP's
+        threads wait spinning): a pool of two took 2.7 ms to fill 32 rows beside them, one
+        thread 0.4 (benchmarks/README.md, "One thread fills the masks beside a host model").
+        Beside an accelerator's model, as many threads as torch computes with.
+        """
+        threads = 1 if self._on_host else max(1, torch.get_num_threads())
+        filler = self._fillers.get(threads)
+        if filler is None:
+            filler = self._fillers[threads] = xgr.BatchGrammarMatcher(threads)
+        return filler
 
     def _bitmask_for(self, rows: int) -> torch.Tensor:
         if self._bitmask is None or self._bitmask.shape[0] < rows:

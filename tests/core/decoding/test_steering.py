@@ -180,3 +180,32 @@ def test_forbidden_tokens_stay_masked_on_the_embedded_tokenizer(
     smollm2_kit: TokenizerKit, request: GenerationRequest, seed: int, opener_share: float
 ) -> None:
     steer_and_check(smollm2_kit, request, seed, opener_share)
+
+
+def test_several_rows_fill_on_one_thread_beside_a_host_model(
+    tiny_kit: TokenizerKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch's threads still hold the cores after the model's forward pass on the host: a pool
+    # beside them is slower than one thread. Beside an accelerator, torch's count is taken.
+    pools: list[int] = []
+
+    class Counted(xgr.BatchGrammarMatcher):  # type: ignore[misc]
+        def __init__(self, threads: int) -> None:
+            pools.append(threads)
+            super().__init__(threads)
+
+    monkeypatch.setattr(xgr, "BatchGrammarMatcher", Counted)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    request = build_request("Where is Paris?", ["Paris is in France.", "Lyon too."])
+    local = tiny_kit.compile(local_grammar(request))
+
+    def rows() -> list[tuple[int, Any]]:
+        return [(i, steering_for(request, tiny_kit.vocab, tiny_kit.stop_token_ids,
+                                 matcher=xgr.GrammarMatcher(local))) for i in range(2)]
+
+    steering = Steering(tiny_kit.vocab_size)
+    steering.apply(torch.zeros(2, tiny_kit.vocab_size), rows())
+    assert pools == [1]
+    steering._on_host = False  # as after an accelerator's logits
+    host_made = steering.prepare(rows())
+    assert pools == [1, 4] and host_made.plan is not None

@@ -20,7 +20,6 @@ Writes ``results/answered_stop_<split>.json``::
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -30,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from citebench.data import Item, load_dataset  # noqa: E402
+from citebench.data import Item, load_dataset, stored_answers  # noqa: E402
 from citebench.metrics import measure, rate_text, summarize  # noqa: E402
 
 from citeformer.evidence.scoring import claim_of, content_words  # noqa: E402
@@ -101,16 +100,11 @@ def measured(item: Item, answer: dict[str, Any], text: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--answers", default="readability_dev_no_refusal.json",
-                        help="a readability.py result in benchmarks/results")
-    parser.add_argument("--arm", default="no-refusal")
-    args = parser.parse_args(argv)
-    stored = json.loads((RESULTS / args.answers).read_text())
+    stored, named, arm = stored_answers(RESULTS, argv, __doc__ or "")
     table: dict[str, Any] = {}
     for dataset, arms in stored["sets"].items():
         items = {item.id: item for item in load_dataset(dataset)}
-        answers = arms[args.arm]["records"]
+        answers = arms[arm]["records"]
         table[dataset] = {}
         for name, rule in {"as written": None, **RULES}.items():
             records = []
@@ -129,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"{line['unsupported_per_answer']}  sentences/answer "
                   f"{line['sentences_per_answer']}", flush=True)
     out = RESULTS / f"answered_stop_{stored.get('split', 'dev')}.json"
-    out.write_text(json.dumps({"answers": args.answers, "arm": args.arm,
+    out.write_text(json.dumps({"answers": named, "arm": arm,
                                "restated": RESTATED, "sets": table}, indent=1) + "\n")
     print(f"wrote {out}")
 

@@ -21,7 +21,6 @@ Writes ``results/question_weight_<split>.json``::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from citebench.data import load_dataset  # noqa: E402
+from citebench.data import load_dataset, stored_answers  # noqa: E402
 from evidence_candidates import cited_claims  # noqa: E402
 
 from citeformer.evidence.scoring import _LexicalSupport as LexicalSupport  # noqa: E402
@@ -86,18 +85,13 @@ def first_is_gold(ranked: Sequence[float], gold: set[int]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--answers", default="readability_dev_no_refusal.json",
-                        help="a readability.py result in benchmarks/results")
-    parser.add_argument("--arm", default="no-refusal")
-    args = parser.parse_args(argv)
-    stored = json.loads((RESULTS / args.answers).read_text())
+    stored, named, arm = stored_answers(RESULTS, argv, __doc__ or "")
     table: dict[str, Any] = {}
     for dataset, arms in stored["sets"].items():
         items = {item.id: item for item in load_dataset(dataset)}
         hits = dict.fromkeys(RULES, 0)
         markers = 0
-        for answer in arms[args.arm]["records"]:
+        for answer in arms[arm]["records"]:
             item = items[answer["item"]]
             support = LexicalSupport(item.question, item.sources(), 0.0)
             gold = item.gold_numbers()
@@ -112,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{name} {share:.2f}" for name, share in table[dataset].items() if name != "markers"
         ), flush=True)
     out = RESULTS / f"question_weight_{stored.get('split', 'dev')}.json"
-    out.write_text(json.dumps({"answers": args.answers, "arm": args.arm, "sets": table},
+    out.write_text(json.dumps({"answers": named, "arm": arm, "sets": table},
                               indent=1) + "\n")
     print(f"wrote {out}")
 

@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from citeformer import Source
 from citeformer.errors import InvalidInputError
@@ -156,3 +157,18 @@ def unanswerable(items: list[Item]) -> list[Item]:
         )
         result.append(replace(item, passages=passages, gold_passages=frozenset()))
     return result
+
+
+def stored_answers(
+    results: Path, argv: list[str] | None, description: str
+) -> tuple[dict[str, Any], str, str]:
+    """A study's stored answers: the ``readability.py`` result ``--answers`` names in ``results``,
+    that name, and the arm ``--arm`` whose answers it reads."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description.split("\n")[0])
+    parser.add_argument("--answers", default="readability_dev_no_refusal.json",
+                        help="a readability.py result in benchmarks/results")
+    parser.add_argument("--arm", default="no-refusal")
+    args = parser.parse_args(argv)
+    return json.loads((results / args.answers).read_text()), args.answers, args.arm

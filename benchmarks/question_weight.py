@@ -31,9 +31,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from citebench.data import load_dataset, stored_answers  # noqa: E402
+from citebench.data import Item, load_dataset, stored_answers  # noqa: E402
 from evidence_candidates import cited_claims  # noqa: E402
 
+from citeformer.evidence import LexicalEvidence  # noqa: E402
 from citeformer.evidence.scoring import _LexicalSupport as LexicalSupport  # noqa: E402
 from citeformer.evidence.scoring import content_words  # noqa: E402
 
@@ -72,12 +73,9 @@ RULES: dict[str, Weight] = {
 }
 
 
-def scores(support: LexicalSupport, claim: str, weight: float) -> list[float]:
-    """The scorer's scores of ``claim`` with the question weighted ``weight``."""
-    own, asked = support._overlap(claim), support._question
-    if not any(own):
-        return list(asked)
-    return [(o + weight * a) / (1 + weight) for o, a in zip(own, asked, strict=True)]
+def scores(item: Item, claim: str, weight: float) -> list[float]:
+    """Lexical evidence's scores of ``claim`` with the question weighted ``weight``."""
+    return LexicalEvidence(question_weight=weight).bind(item.question, item.sources()).scores(claim)
 
 
 def first_is_gold(ranked: Sequence[float], gold: set[int]) -> bool:
@@ -99,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
                 markers += 1
                 for name, rule in RULES.items():
                     weight = rule(support, item.question, claim)
-                    hits[name] += first_is_gold(scores(support, claim, weight), gold)
+                    hits[name] += first_is_gold(scores(item, claim, weight), gold)
         table[dataset] = {"markers": markers,
                           **{name: round(hit / markers, 3) for name, hit in hits.items()}}
         print(f"{dataset:12} {markers:3} markers  " + "  ".join(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import question_weight
+from citebench.data import Item, Passage
 from question_weight import RULES, scores
 
 from citeformer import Source
@@ -19,23 +20,22 @@ SOURCES = [
     Source("New Delhi is the capital of India and the seat of its government.", title="New Delhi"),
 ]
 CLAIM = "The capital of India is New Delhi"
-
-
-def test_the_fixed_weights_score_as_lexical_evidence_does() -> None:
-    support = LexicalSupport(QUESTION, SOURCES, 0.0)
-    for weight in (0.0, 2.0):
-        expected = LexicalEvidence(question_weight=weight).bind(QUESTION, SOURCES).scores(CLAIM)
-        assert scores(support, CLAIM, weight) == pytest.approx(expected)
+ITEM = Item(
+    id="r00", question=QUESTION,
+    passages=tuple(Passage(f"p{k}", s.title or "", s.text) for k, s in enumerate(SOURCES, 1)),
+    gold_passages=frozenset({"p2"}), answer="New Delhi",
+)
 
 
 def test_a_claim_that_says_more_than_the_question_leans_on_itself() -> None:
     support = LexicalSupport(QUESTION, SOURCES, 0.0)
     # The question's words ("city", "centre") are Mumbai's; the claim's are New Delhi's.
-    today = scores(support, CLAIM, RULES["q=2"](support, QUESTION, CLAIM))
+    today = scores(ITEM, CLAIM, RULES["q=2"](support, QUESTION, CLAIM))
+    assert today == LexicalEvidence().bind(QUESTION, SOURCES).scores(CLAIM)
     assert today[0] > today[1]
     weight = RULES["new-words"](support, QUESTION, CLAIM)
     assert weight == 0.0  # no word of the claim is the question's
-    ranked = scores(support, CLAIM, weight)
+    ranked = scores(ITEM, CLAIM, weight)
     assert ranked[1] > ranked[0]
     assert RULES["new-words"](support, QUESTION, "The political centre city") == 2.0
 

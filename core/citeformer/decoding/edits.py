@@ -312,8 +312,7 @@ class WantedReader:
         self._split = len(enders)
         self._chain = len(enders) + len(openers)
         self._rows: dict[tuple[int, ...], torch.Tensor] = {}
-        self._host_ids = self._ids[0].cpu().numpy().astype(np.intp)
-        self._host_rows: dict[tuple[int, ...], np.ndarray] = {}
+        self._host_ids = self._ids[0].cpu().numpy()
 
     def before(
         self,
@@ -332,7 +331,7 @@ class WantedReader:
         host = _host(logits)
         scores: np.ndarray
         if host is not None:
-            scores = host[self._host_index(rows), self._host_ids].astype(np.float32, copy=False)
+            scores = host[self._index(rows).numpy(), self._host_ids].astype(np.float32, copy=False)
         else:
             scores = logits[self._index(rows), self._ids].float().cpu().numpy()
         if self._ids.shape[1] > self._chain:
@@ -381,22 +380,13 @@ class WantedReader:
             index = self._rows[key] = torch.tensor(key, device=self._ids.device)[:, None]
         return index
 
-    def _host_index(self, rows: Sequence[int]) -> np.ndarray:
-        key = tuple(rows)
-        index = self._host_rows.get(key)
-        if index is None:
-            if len(self._host_rows) > 64:
-                self._host_rows.clear()
-            index = self._host_rows[key] = np.array(key, dtype=np.intp)[:, None]
-        return index
-
     def after(
         self, raw: np.ndarray, logits: torch.Tensor, rows: Sequence[int]
     ) -> dict[int, Wanted]:
         """``Wanted`` for ``rows``, from their scores ``before`` and the masked ``logits``."""
         host = _host(logits)
         if host is not None:
-            finite = np.isfinite(host[self._host_index(rows), self._host_ids])
+            finite = np.isfinite(host[self._index(rows).numpy(), self._host_ids])
         else:
             finite = torch.isfinite(logits[self._index(rows), self._ids]).cpu().numpy()
         split, chain = self._split, self._chain

@@ -43,6 +43,21 @@ one took (``plain``), and each arm's best step less plain's best (``added_ms``);
 wrote the same tokens. ``ahead_family``: the same at
 batch 32 on ``--family``'s stand-in.
 
+``replay``: the stand-in's steps at batch 1, 8 and 32 (in the step, REQUIRED, 100 new tokens)
+recorded, each step's tokens and logits; then the steering of the same steps replayed on copies
+of those logits ``--reps`` times, and checked to choose the recorded tokens. Replayed in the step
+(the logits processor's time) and ahead (only ``Steering.apply`` timed: the advance and
+``prepare`` made before, as the work ahead is), each in two ways: ``cold``, the stand-in's output
+layer run before each step, as its forward pass does, which reads its weights through the caches
+(113 MB on SmolLM2's vocabulary, 295 MB on Llama 3's); ``warm``, nothing run between the
+steps, as beside a model on an accelerator, whose step leaves the host's caches as they were.
+Per arm, the best of the runs' median steering per step.
+``replay_lengths``: the same at batch 1 and 32 over ``lengths``' 512-token answers, per window;
+``replay_family``: at batch 32 on ``--family``'s stand-in. ``cold_ops``: single operations of
+the kinds the steering runs (a tensor's numpy view, a gather of logits through numpy and torch,
+xgrammar's CPU bitmask kernel), each timed 150 times right after the output layer and after
+nothing, median µs.
+
 ``memory``: peak RSS of a child process answering a batch of 32 technical questions with the
 embedded model (REQUIRED, 100 new tokens), beside the same process before the batch.
 
@@ -61,6 +76,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE)]
@@ -71,11 +87,13 @@ from citebench.metrics import quantiles  # noqa: E402
 
 from citeformer import CiteGenerator, build_request  # noqa: E402
 from citeformer.decoding.engine import TransformersEngine, prompt_token_ids  # noqa: E402
+from citeformer.decoding.hf import SteeringLogitsProcessor  # noqa: E402
+from citeformer.decoding.steering import Steering, advance_all  # noqa: E402
 
 OUT = HERE / "results" / "steering_speed.json"
 SECTIONS = (
     "steps", "lengths", "family", "end_to_end", "memory", "grammar", "shapes", "ahead",
-    "ahead_family",
+    "ahead_family", "replay", "replay_lengths", "replay_family", "cold_ops",
 )
 WINDOWS = {"16": (0, 16), "128": (112, 128), "512": (496, 512)}
 """Steps of an answer whose steering time stands for an answer of that many tokens."""
@@ -221,6 +239,182 @@ def ahead_section(
               f"{line['ahead']['best_steering_ms']:.2f}; same tokens {line['same_tokens']}",
               flush=True)
     return found
+
+
+def replay_section(
+    tokens: int,
+    reps: int,
+    batches: Sequence[int] | None,
+    *,
+    long: bool = False,
+    family: str | None = None,
+) -> dict[str, Any]:
+    from citeformer.readability import Readability
+
+    if family is None:
+        gen = CiteGenerator.default(progress=False, dtype="float32")
+        tokenizer, model = gen.tokenizer, stand_in(gen.tokenizer, gen.model.config)
+    else:
+        tokenizer, model = family_stand_in(family)
+    engine = TransformersEngine(model, tokenizer, work_ahead=False)
+    head = model.get_output_embeddings()
+    options: dict[str, Any] = (
+        {"max_new_tokens": 512, "readability": Readability(end_bias=0.0)} if long
+        else {"max_new_tokens": tokens}
+    )
+    found: dict[str, Any] = {"vocab": len(tokenizer)}
+    for batch in batches or ((1, 32) if long else (32,) if family else (1, 8, 32)):
+        rows = [engine.prepare(build_request(item.question, item.sources(), **options))
+                for item in held_out(batch)]
+        steps = recorded_steps(engine, rows)
+        hidden = torch.randn(batch, 1, model.config.hidden_size)
+        arms = {"cold": lambda hidden=hidden: head(hidden), "warm": lambda: None}
+        line: dict[str, Any] = {"steps": len(steps)}
+        for work in ("in_step", "ahead"):
+            for caches, between in arms.items():
+                runs, same = [], True
+                for _ in range(reps):
+                    seconds, chose = replayed(engine, rows, steps, between, ahead=work == "ahead")
+                    runs.append(seconds)
+                    same &= chose
+                line[f"{work}_{caches}"] = _replay_line(runs, long) | {
+                    "chose_the_recorded_tokens": same
+                }
+        found[str(batch)] = line
+        _print_replay(batch, line, long)
+    return found
+
+
+def cold_ops_section() -> dict[str, Any]:
+    """Single operations of the steering's kinds, timed right after the stand-in's output layer
+    read its weights (``cold``) and after nothing (``warm``): median µs of 150 calls."""
+    import numpy as np
+    import xgrammar as xgr
+
+    gen = CiteGenerator.default(progress=False, dtype="float32")
+    model = stand_in(gen.tokenizer, gen.model.config)
+    head = model.get_output_embeddings()
+    hidden = torch.randn(1, 1, model.config.hidden_size)
+    logits = torch.randn(1, model.config.vocab_size)
+    host = logits.numpy()
+    ids = np.arange(0, model.config.vocab_size, 400)
+    rows = np.zeros_like(ids)
+    bitmask = xgr.allocate_token_bitmask(1, model.config.vocab_size)
+    bitmask[0, 5] = 0
+    ops = {
+        "torch Tensor.numpy()": lambda: logits.detach().numpy(),
+        f"numpy gather of {len(ids)} logits": lambda: host[rows, ids],
+        f"torch indexed read of {len(ids)} logits": lambda: logits[torch.from_numpy(rows),
+                                                                   torch.from_numpy(ids)],
+        "xgrammar's CPU bitmask kernel, one row": lambda: xgr.apply_token_bitmask_inplace(
+            logits, bitmask, indices=[0]),
+    }
+    found: dict[str, Any] = {}
+    with torch.inference_mode():
+        for name, op in ops.items():
+            line = {}
+            for caches in ("cold", "warm"):
+                seconds = []
+                for _ in range(150):
+                    if caches == "cold":
+                        head(hidden)
+                    started = time.perf_counter()
+                    op()
+                    seconds.append(time.perf_counter() - started)
+                line[caches] = _us(seconds)
+            found[name] = line
+            print(f"{name}: {line['cold']['median']:.1f} µs cold, {line['warm']['median']:.1f} "
+                  "warm", flush=True)
+    return found
+
+
+def _replay_line(runs: list[list[float]], long: bool) -> dict[str, Any]:
+    """Each run's median steering per step (per window of ``WINDOWS`` if ``long``), and the best."""
+    if not long:
+        medians = [_ms(seconds)["median"] for seconds in runs]
+        return {"steering_ms": medians, "best_steering_ms": min(medians)}
+    windows = {name: [_ms(seconds[a:b])["median"] for seconds in runs]
+               for name, (a, b) in WINDOWS.items()}
+    return {"steering_ms": windows,
+            "best_steering_ms": {name: min(found) for name, found in windows.items()}}
+
+
+def _print_replay(batch: int, line: dict[str, Any], long: bool) -> None:
+    arms = [arm for arm in line if arm != "steps"]
+    chose = all(line[arm]["chose_the_recorded_tokens"] for arm in arms)
+    if not long:
+        best = {arm: line[arm]["best_steering_ms"] for arm in arms}
+        print(f"batch {batch:>2}: {line['steps']} steps replayed; the step waits for the "
+              f"steering, in the step {best['in_step_cold']:.2f} ms cold, "
+              f"{best['in_step_warm']:.2f} warm; ahead {best['ahead_cold']:.2f} cold, "
+              f"{best['ahead_warm']:.2f} warm; the recorded tokens chosen: {chose}", flush=True)
+        return
+    for arm in arms:
+        best = line[arm]["best_steering_ms"]
+        print(f"batch {batch:>2}, {arm}: steering ms/step at 16, 128, 512 tokens: "
+              + ", ".join(f"{best[name]:.2f}" for name in WINDOWS)
+              + f" (512 / 16: {best['512'] / best['16']:.2f}); the recorded tokens chosen: "
+              f"{chose}", flush=True)
+
+
+def replayed(
+    engine: TransformersEngine,
+    rows: list[Any],
+    steps: list[tuple[torch.Tensor, torch.Tensor]],
+    between: Any,
+    *,
+    ahead: bool,
+) -> tuple[list[float], bool]:
+    """The steering's seconds at each recorded step but the first, replayed on copies of its
+    logits, and whether it chose the recorded tokens (greedy); ``between`` runs before each
+    step. ``ahead``: only ``Steering.apply`` is timed, the advance and ``prepare`` made before
+    ``between``, as the work ahead is; else the logits processor's own time."""
+    steered = [engine.steering(row) for row in rows]
+    vocab_size = engine.tokenizer_info.vocab_size
+    processor = SteeringLogitsProcessor(
+        steered, vocab_size=vocab_size, stop_token_ids=engine.stop_token_ids, work_ahead=False,
+    )
+    steering, stop = Steering(vocab_size), set(engine.stop_token_ids)
+    live, seconds, same = list(range(len(rows))), [], True
+    with torch.inference_mode():
+        for k, (last, logits) in enumerate(steps):
+            tokens = last[:, -1].tolist()
+            if k:
+                live = [i for i in live if tokens[i] not in stop]
+            if k and ahead:
+                advance_all([steered[i] for i in live], [tokens[i] for i in live])
+            pairs = [(i, steered[i]) for i in live]
+            masks = steering.prepare(pairs) if ahead else None
+            between()
+            scores = logits.clone()
+            started = time.perf_counter()
+            if ahead:
+                steering.apply(scores, pairs, masks=masks)
+            else:
+                processor(last, scores)
+            if k:
+                seconds.append(time.perf_counter() - started)
+            if k + 1 < len(steps):
+                chosen = scores.argmax(-1).tolist()
+                following = steps[k + 1][0][:, -1].tolist()
+                same &= all(chosen[i] == following[i] for i in live)
+    return seconds, same
+
+
+def recorded_steps(
+    engine: TransformersEngine, rows: list[Any]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each step's (last tokens, logits) as ``engine`` hands them to its steering, for ``rows``."""
+    steps: list[tuple[torch.Tensor, torch.Tensor]] = []
+    steer = SteeringLogitsProcessor.__call__
+
+    def recording(processor: Any, input_ids: torch.Tensor, scores: torch.Tensor) -> Any:
+        steps.append((input_ids[:, -1:].clone(), scores.clone()))
+        return steer(processor, input_ids, scores)
+
+    with mock.patch.object(SteeringLogitsProcessor, "__call__", recording):
+        engine.run(rows)
+    return steps
 
 
 def lengths_section() -> dict[str, Any]:
@@ -470,7 +664,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu", help="where the ahead section's stand-in runs")
     parser.add_argument("--reps", type=int, default=5, help="runs per arm in the ahead section")
     parser.add_argument("--batches", type=int, nargs="+", default=None,
-                        help="the ahead sections' batch sizes (default 1 8 32 64; 32 for a family)")
+                        help="the ahead and replay sections' batch sizes (default 1 8 32 64, "
+                             "32 for a family; replay 1 8 32)")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -492,6 +687,13 @@ def main(argv: list[str] | None = None) -> None:
             found = shapes_section(args.family)
         elif section == "ahead":
             found = ahead_section(args.tokens, args.device, args.reps, batches=args.batches)
+        elif section == "cold_ops":
+            found = cold_ops_section()
+        elif section in ("replay", "replay_lengths", "replay_family"):
+            found = replay_section(
+                args.tokens, args.reps, args.batches, long=section == "replay_lengths",
+                family=args.family if section == "replay_family" else None,
+            )
         elif section == "ahead_family":
             found = ahead_section(
                 args.tokens, args.device, args.reps, args.family, batches=args.batches

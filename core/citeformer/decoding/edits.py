@@ -205,19 +205,26 @@ class StepEdits:
         if self._allowed:
             allowed[list(self._allowed)] = list(self._allowed.values())
         doubtful = np.flatnonzero((removed > 0) & ((allowed < 0) | (removed >= allowed)))
+        host = _host(logits)
+        if host is not None:
+            kept = host[r, c] if doubtful.shape[0] else None
+            host[r, c] = _NEG
+            if kept is not None:
+                emptied = self._emptied(host, doubtful, allowed, r, c, np.isfinite(kept))
+                if emptied:
+                    self._remove_in_turn(host, emptied, r, c, kept)
+            return
         if not doubtful.shape[0]:
-            host = _host(logits)
-            if host is not None:
-                host[r, c] = _NEG
-            else:
-                logits[_indices(logits, r, c)] = _NEG
+            logits[_indices(logits, r, c)] = _NEG
             return
         rows, ids = _indices(logits, r, c)
-        kept = logits[rows, ids]
+        kept_logits = logits[rows, ids]
         logits[rows, ids] = _NEG
-        emptied = self._emptied(logits, doubtful, allowed, r, c, kept)
+        emptied = self._emptied(
+            logits, doubtful, allowed, r, c, torch.isfinite(kept_logits).cpu().numpy()
+        )
         if emptied:
-            self._remove_in_turn(logits, emptied, rows, ids, kept)
+            self._remove_in_turn(logits, emptied, r, c, kept_logits.cpu().double().numpy())
 
     def _removal_indices(self) -> tuple[np.ndarray, np.ndarray]:
         """The (row, id) pairs of every removal, as two index arrays (pairs may repeat)."""
@@ -233,53 +240,60 @@ class StepEdits:
 
     @staticmethod
     def _emptied(
-        logits: torch.Tensor,
+        logits: torch.Tensor | np.ndarray,
         doubtful: np.ndarray,
         allowed: np.ndarray,
         r: np.ndarray,
         c: np.ndarray,
-        kept: torch.Tensor,
+        finite: np.ndarray,
     ) -> set[int]:
-        """The ``doubtful`` rows the removals (``r``, ``c``, of the logits ``kept``) emptied.
+        """The ``doubtful`` rows the removals (``r``, ``c``) emptied from ``logits`` (or its view).
 
-        Where the masks' count of allowed tokens is known, a row is emptied when the distinct
-        finite tokens removed from it reach that count (the masks' tokens are finite, as the
-        rows not doubtful are taken to be); elsewhere its best logit is read.
+        ``finite``: whether each removed logit was finite before. Where the masks' count of
+        allowed tokens is known, a row is emptied when the distinct finite tokens removed from it
+        reach that count (the masks' tokens are finite, as the rows not doubtful are taken to be);
+        elsewhere its best logit is read.
         """
         known = doubtful[allowed[doubtful] >= 0]
         emptied: set[int] = set()
         if known.shape[0]:
-            finite = torch.isfinite(kept).cpu().numpy()
             picked = finite & _members(known, logits.shape[0])[r]
             pairs = np.unique(r[picked] * logits.shape[1] + c[picked])
             taken = np.bincount(pairs // logits.shape[1], minlength=logits.shape[0])
             emptied.update(known[taken[known] >= allowed[known]].tolist())
         unknown = doubtful[allowed[doubtful] < 0]
         if unknown.shape[0]:  # one read of those rows alone
-            best = logits[_to(logits, unknown)].amax(-1).tolist()
+            if isinstance(logits, np.ndarray):
+                best = logits[unknown].max(-1).tolist()
+            else:
+                best = logits[_to(logits, unknown)].amax(-1).tolist()
             emptied.update(row for row, top in zip(unknown.tolist(), best, strict=True)
                            if top == _NEG)
         return emptied
 
     def _remove_in_turn(
         self,
-        logits: torch.Tensor,
+        logits: torch.Tensor | np.ndarray,
         emptied: set[int],
-        rows: torch.Tensor,
-        ids: torch.Tensor,
-        kept: torch.Tensor,
+        r: np.ndarray,
+        c: np.ndarray,
+        kept: np.ndarray,
     ) -> None:
         """Make the ``emptied`` rows' removals again one by one, each where it leaves a token.
 
-        As levers acting in turn would: the removals are undone, then made in the order asked.
+        As levers acting in turn would: the removals (``r``, ``c``, whose logits were ``kept``)
+        are undone, then made in the order asked.
 
         Every finite token of such a row is among its removed ones: what is left after each
         removal is known from those alone.
         """
-        undo = torch.isin(rows, torch.tensor(sorted(emptied), device=rows.device))
-        logits[rows[undo], ids[undo]] = kept[undo]
-        finite = torch.isfinite(kept[undo]).cpu().numpy()
-        at, which = rows[undo].cpu().numpy(), ids[undo].cpu().numpy()
+        undo = _members(np.array(sorted(emptied)), logits.shape[0])[r]
+        at, which, before = r[undo], c[undo], kept[undo]
+        if isinstance(logits, np.ndarray):
+            logits[at, which] = before
+        else:
+            logits[_indices(logits, at, which)] = _to(logits, before).to(logits.dtype)
+        finite = np.isfinite(before)
         left = {row: set(which[(at == row) & finite].tolist()) for row in emptied}
         for _, many, removed in self._removals:
             for row in ([many] if isinstance(many, int) else many.tolist()):
@@ -287,7 +301,10 @@ class StepEdits:
                     rest = left[row].difference(removed.tolist())
                     if rest:
                         left[row] = rest
-                        logits[row, _to(logits, removed)] = _NEG
+                        if isinstance(logits, np.ndarray):
+                            logits[row, removed] = _NEG
+                        else:
+                            logits[row, _to(logits, removed)] = _NEG
 
 
 class WantedReader:

@@ -2,7 +2,11 @@
 
 ``MaskPlan`` writes the grammar's packed bitmask, the way each row's count of kept tokens makes
 cheapest on a CPU; ``apply_guards`` the quote guards' masks with one host read; ``keep_only``
-keeps a few entries of some rows and fills the rest.
+keeps a few entries of some rows and fills the rest. On a CPU the bitmask's few-kept and
+in-between rows are written through a numpy view of the logits' bits: right after a model's
+forward pass on the same CPU, each kind of operation a step runs for the first time runs on cold
+caches, and numpy's few kinds cost there a fraction of torch's dispatch (benchmarks/README.md,
+"The step's caches are cold beside a host model").
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from citeformer.decoding.quote_guard import Mask, QuoteGuard
 from citeformer.errors import GrammarViolationError
 
 __all__ = ["MaskPlan", "apply_bitmask", "apply_guards", "keep_only"]
+
+
+_NEG = float("-inf")
 
 
 class MaskPlan:
@@ -48,8 +55,10 @@ class MaskPlan:
         self._planned_for: tuple[torch.dtype, int] | None = None
         """The logits' dtype and masked width the plan is for (``None``: not made yet)."""
         self._few: list[int] = []
-        self._sparse: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        self._middle: tuple[list[int], torch.Tensor] | None = None
+        self._sparse: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        """Rows keeping few tokens: those rows, and the (row, id) pairs they keep."""
+        self._middle: tuple[list[int], np.ndarray] | None = None
+        """Rows in between: those rows, and their keep masks (``_keep_ones``)."""
         if host:
             self._plan(dtype, self._width)
 
@@ -79,11 +88,7 @@ class MaskPlan:
             bits = np.unpackbits(holding[at, word].view(np.uint8)[:, None], axis=-1,
                                  bitorder="little").reshape(len(at), 32)
             which, bit = np.nonzero(bits)
-            self._sparse = (
-                torch.from_numpy(rows_of[sparse]),
-                torch.from_numpy(rows_of[sparse][at[which]]),
-                torch.from_numpy(word[which] * 32 + bit),
-            )
+            self._sparse = (rows_of[sparse], rows_of[sparse][at[which]], word[which] * 32 + bit)
         middle = np.flatnonzero(kinds == 2)
         if len(middle):
             self._middle = (
@@ -105,16 +110,23 @@ class MaskPlan:
             self._plan(logits.dtype, width)
         if self._few:  # few tokens forbidden (prose): xgrammar's kernel writes only those
             xgr.apply_token_bitmask_inplace(logits, self.bitmask, indices=self._few)
-        if self._sparse is not None:
+        if self._sparse is None and self._middle is None:
+            return dict(self.counts)
+        bits = logits.detach().view(_BITS[logits.dtype][0]).numpy()  # the same memory
+        neg = _NEG_BITS[logits.dtype]
+        if self._sparse is not None:  # save the few kept, fill their rows, put them back
             rows, r, c = self._sparse
-            keep_only(logits, rows, r, c, width=width)
+            saved = bits[r, c]
+            for row in rows.tolist():
+                bits[row, :width] = neg
+            bits[r, c] = saved
         if self._middle is not None:
             indices, ones = self._middle
             if indices == list(range(logits.shape[0])):
-                _select(logits[:, :width], ones)
+                _select(bits[:, :width], ones, neg)
             else:  # each row in place: an indexed read and write back cost three times more
                 for k, i in enumerate(indices):
-                    _select(logits[i, :width], ones[k])
+                    _select(bits[i, :width], ones[k], neg)
         return dict(self.counts)
 
 
@@ -134,9 +146,6 @@ def apply_bitmask(
 def _unpacked(packed: np.ndarray, width: int) -> np.ndarray:
     """The bits of ``packed`` (int32 words, a row each) as 0/1 bytes, ``width`` per row."""
     return np.unpackbits(packed.view(np.uint8), axis=-1, bitorder="little")[:, :width]
-
-
-_NEG = float("-inf")
 
 
 def keep_only(
@@ -167,22 +176,29 @@ _BITS = {
 """The integer types (torch's, numpy's) as wide as each float type."""
 
 
-def _keep_ones(keep: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+_NEG_BITS = {
+    dtype: int(torch.tensor(_NEG, dtype=dtype).view(ints)) for dtype, (ints, _) in _BITS.items()
+}
+"""The bits of -inf in each float type, as the integer of its width."""
+
+
+def _keep_ones(keep: np.ndarray, dtype: torch.dtype) -> np.ndarray:
     """``keep`` (0/1 bytes) as integers of ``dtype``'s width: all ones where 1, zero where 0."""
-    return torch.from_numpy(np.negative(keep.view(np.int8)).astype(_BITS[dtype][1]))
+    ones: np.ndarray = np.negative(keep.view(np.int8)).astype(_BITS[dtype][1])
+    return ones
 
 
-def _select(logits: torch.Tensor, ones: torch.Tensor) -> None:
-    """Set ``logits`` (a CPU view) to -inf where ``ones`` (``_keep_ones``) is zero, in place.
+def _select(bits: np.ndarray, ones: np.ndarray, neg: int) -> None:
+    """Set the floats whose ``bits`` these are to -inf where ``ones`` is zero, in place.
 
-    On the floats' bits, without a branch: ``((x ^ NEG) & m) ^ NEG`` with ``m`` all ones where a
-    token is kept and zero where not. A blend or masked fill branches per element and costs ten
-    times more on a CPU where the allowed tokens are scattered over the ids (6 ms against 0.6 for
-    32 rows of SmolLM2's vocabulary, float32).
+    ``ones``: ``_keep_ones``; ``neg``: the bits of -inf. Without a branch: ``((x ^ NEG) & m) ^
+    NEG`` with ``m`` all ones where a token is kept and zero where not. A blend or masked fill
+    branches per element and costs ten times more on a CPU where the allowed tokens are scattered
+    over the ids (6 ms against 0.6 for 32 rows of SmolLM2's vocabulary, float32).
     """
-    ints = _BITS[logits.dtype][0]
-    neg = int(torch.tensor(float("-inf"), dtype=logits.dtype).view(ints))
-    logits.view(ints).bitwise_xor_(neg).bitwise_and_(ones).bitwise_xor_(neg)
+    np.bitwise_xor(bits, neg, out=bits)
+    np.bitwise_and(bits, ones, out=bits)
+    np.bitwise_xor(bits, neg, out=bits)
 
 
 def apply_guards(

@@ -155,9 +155,10 @@ def test_levers_steering_many_rows_at_once_ask_what_each_row_asks_alone() -> Non
         assert out[row].tolist() == alone[0].tolist(), (row, answer)
 
 
-def test_removals_keep_a_token_as_levers_acting_in_turn_would() -> None:
-    scores = torch.full((2, len(VOCAB)), NEG)
-    scores[:, [1, 2, 3]] = 1.0
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_removals_keep_a_token_as_levers_acting_in_turn_would(dtype: torch.dtype) -> None:
+    scores = torch.full((2, len(VOCAB)), NEG, dtype=dtype)
+    scores[:, [1, 2, 3]] = torch.tensor([1.5, 2.25, 3.125], dtype=dtype)
     edits = StepEdits(allowed={0: 3})
     edits.row = 0
     edits.remove([1])
@@ -168,6 +169,8 @@ def test_removals_keep_a_token_as_levers_acting_in_turn_would() -> None:
     edits.apply(scores)
     assert torch.isfinite(scores[0]).tolist() == [i in (2, 3) for i in range(len(VOCAB))]
     assert torch.isfinite(scores[1]).tolist() == [i == 3 for i in range(len(VOCAB))]
+    # The tokens a removal left are put back as they were; row 1's count was not given.
+    assert scores[0, [2, 3]].tolist() == [2.25, 3.125] and scores[1, 3].item() == 3.125
 
 
 def test_removals_the_masks_leave_room_for_are_made_in_one_write() -> None:

@@ -184,11 +184,7 @@ def ahead_section(
     tokens: int, device: str, reps: int, family: str | None = None,
     batches: Sequence[int] | None = None,
 ) -> dict[str, Any]:
-    if family is None:
-        gen = CiteGenerator.default(progress=False, dtype="float32")
-        tokenizer, model = gen.tokenizer, stand_in(gen.tokenizer, gen.model.config)
-    else:
-        tokenizer, model = family_stand_in(family)
+    tokenizer, model = stand_in_of(family)
     if batches is None:
         batches = (1, 8, 32, 64) if family is None else (32,)
     model = model.to(device)
@@ -251,11 +247,7 @@ def replay_section(
 ) -> dict[str, Any]:
     from citeformer.readability import Readability
 
-    if family is None:
-        gen = CiteGenerator.default(progress=False, dtype="float32")
-        tokenizer, model = gen.tokenizer, stand_in(gen.tokenizer, gen.model.config)
-    else:
-        tokenizer, model = family_stand_in(family)
+    tokenizer, model = stand_in_of(family)
     engine = TransformersEngine(model, tokenizer, work_ahead=False)
     head = model.get_output_embeddings()
     options: dict[str, Any] = (
@@ -457,6 +449,14 @@ def family_stand_in(family: str) -> tuple[Any, Any]:
     from transformers import LlamaConfig
 
     return tokenizer, stand_in(tokenizer, LlamaConfig(**config))
+
+
+def stand_in_of(family: str | None) -> tuple[Any, Any]:
+    """A tokenizer and a stand-in on its vocabulary: ``family``'s, or the embedded model's."""
+    if family is not None:
+        return family_stand_in(family)
+    gen = CiteGenerator.default(progress=False, dtype="float32")
+    return gen.tokenizer, stand_in(gen.tokenizer, gen.model.config)
 
 
 def family_section(family: str, tokens: int) -> dict[str, Any]:

@@ -44,7 +44,10 @@ class Lever:
     """One steering effect on one answer's logits."""
 
     needs_raw = False
-    """Whether ``edit`` reads ``edits.wanted()``, drawn from the model's scores before any mask."""
+    """Whether ``edit`` reads ``edits.wanted()``, drawn from the model's scores before any mask.
+
+    Read only where the grammar's mask allows a marker opener (``Wanted.may_open``): elsewhere
+    ``wanted()`` is ``None``, as for a row not read."""
 
     def shares(self, state: AnswerState) -> bool:
         """Whether ``edit`` may read ``Wanted.chain_share`` at this step.

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import xgrammar as xgr
 
@@ -268,6 +269,8 @@ class Steering:
         self._bitmask: torch.Tensor | None = None
         self._fillers: dict[int, xgr.BatchGrammarMatcher] = {}
         self._readers: dict[tuple[int, torch.device], WantedReader] = {}
+        self._opener_bits: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """Per vocabulary, where its marker openers' bits are in a bitmask row: word and bit."""
         self._on_host = True
         """Whether the last logits steered were on the host (how ``prepare`` plans the mask)."""
 
@@ -282,7 +285,7 @@ class Steering:
         steered.
         """
         grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
-        plan = None
+        plan, closed = None, frozenset[int]()
         if grammars:
             indices = [i for i, _ in grammars]
             bitmask = self._bitmask_for(max(indices) + 1)
@@ -297,12 +300,13 @@ class Steering:
                 if row.word_bound is not None:
                     row.word_bound.restrict(words[i])
             plan = MaskPlan(bitmask, indices, self._vocab_size, host=self._on_host)
+            closed = self._closed(words, indices, rows[0][1].vocab)
         guards = [(i, row.guard, row.guard.mask()) for i, row in rows if row.guard is not None]
         # The levers that read no scores say their edits now; a row's error waits for ``apply``,
         # where a row its quote guard fails is not steered by its levers.
         edits, errors = StepEdits(), []
         _edit_all(edits, rows, lambda i, error: errors.append((i, error)), raw=False)
-        return StepMasks([i for i, _ in rows], plan, guards, edits, errors)
+        return StepMasks([i for i, _ in rows], plan, guards, edits, errors, closed)
 
     def apply(
         self,
@@ -329,7 +333,8 @@ class Steering:
                 f"the masks were prepared for rows {masks.rows} but rows "
                 f"{[i for i, _ in rows]} are steered; prepare them for the rows steered"
             )
-        reading = [i for i, row in rows if row.needs_raw]
+        # A row whose grammar allows no marker opener here has levers with nothing to read.
+        reading = [i for i, row in rows if row.needs_raw and i not in masks.closed]
         reader = self._reader(rows[0][1].vocab, logits.device) if reading else None
         raw = None
         if reader is not None:
@@ -373,6 +378,16 @@ class Steering:
             )
         return self._readers[key]
 
+    def _closed(self, words: np.ndarray, indices: list[int], vocab: Vocabulary) -> frozenset[int]:
+        """The rows among ``indices`` whose bitmask ``words`` allows no marker opener."""
+        key = id(vocab)
+        if key not in self._opener_bits:
+            openers = vocab.openers.numpy()
+            self._opener_bits[key] = (openers >> 5, openers & 31)
+        at, bit = self._opener_bits[key]
+        opens = ((words[indices][:, at] >> bit) & 1).any(axis=1).tolist()
+        return frozenset(i for i, may in zip(indices, opens, strict=True) if not may)
+
     def _filler(self) -> xgr.BatchGrammarMatcher:
         """What fills several rows' masks at once: on one thread where the model runs on the host.
 
@@ -407,3 +422,6 @@ class StepMasks:
     """The edits of the levers that read no scores (``Lever.needs_raw`` false)."""
     errors: list[tuple[int, Exception]]
     """(row, error) of each row where one of those levers raised."""
+    closed: frozenset[int] = frozenset()
+    """The rows whose grammar mask allows no marker opener: their scores are not read, and
+    their levers that read them find no ``Wanted`` (``Lever.needs_raw``)."""

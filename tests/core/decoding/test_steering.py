@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from citeformer import GenerationRequest, build_request
+from citeformer.decoding.edits import Wanted, WantedReader
 from citeformer.decoding.steering import Steering, local_grammar, steering_for
 from citeformer.decoding.tokenizer_kit import TokenizerKit
 from citeformer.errors import MAX_BIAS
@@ -209,3 +210,52 @@ def test_several_rows_fill_on_one_thread_beside_a_host_model(
     steering._on_host = False  # as after an accelerator's logits
     host_made = steering.prepare(rows())
     assert pools == [1, 4] and host_made.plan is not None
+
+
+def test_rows_whose_mask_allows_no_marker_opener_are_not_read_and_steer_the_same(
+    tiny_kit: TokenizerKit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The levers that read the model's scores act only where a marker may open: inside a
+    # marker the scores are not read, and the logits come out as if they had been.
+    request = build_request(QUESTION, SOURCES)
+    local = tiny_kit.compile(local_grammar(request))
+    answer = tiny_kit.tokenizer(
+        "The Eiffel Tower was completed in 1889 [1]. It is 330 metres tall [2].",
+        add_special_tokens=False,
+    ).input_ids
+    generator = torch.Generator().manual_seed(0)
+    steps = [torch.randn(1, tiny_kit.vocab_size, generator=generator) * 4
+             for _ in range(len(answer) + 1)]
+
+    may_open: list[bool] = []  # what the reader says at each step where every row is read
+    after = WantedReader.after
+
+    def reading(reader: WantedReader, *args: Any) -> dict[int, Wanted]:
+        found = after(reader, *args)
+        may_open.append(found[0].may_open)
+        return found
+
+    def steered(skip: bool) -> tuple[list[torch.Tensor], list[bool]]:
+        if not skip:
+            monkeypatch.setattr(Steering, "_closed", lambda *args: frozenset())
+            monkeypatch.setattr(WantedReader, "after", reading)
+        row = steering_for(request, tiny_kit.vocab, tiny_kit.stop_token_ids,
+                           matcher=xgr.GrammarMatcher(local))
+        steering, out, closed = Steering(tiny_kit.vocab_size), [], []
+        for k, logits in enumerate(steps):
+            if k:
+                row.advance(answer[k - 1])
+            masks = steering.prepare([(0, row)])
+            closed.append(0 in masks.closed)
+            scores = logits.clone()
+            steering.apply(scores, [(0, row)], masks=masks)
+            out.append(scores)
+        monkeypatch.undo()
+        return out, closed
+
+    (skipped, closed), (read, never) = steered(True), steered(False)
+    # Closed exactly where the reader finds no opener allowed: inside the two markers.
+    assert may_open == [not shut for shut in closed] and 2 <= closed.count(True) < len(closed)
+    assert not any(never)
+    for k, (a, b) in enumerate(zip(skipped, read, strict=True)):
+        assert torch.equal(a, b), k

@@ -2,8 +2,9 @@
 
 ``MaskPlan`` writes the grammar's packed bitmask, the way each row's count of kept tokens makes
 cheapest on a CPU; ``apply_guards`` the quote guards' masks with one host read; ``keep_only``
-keeps a few entries of some rows and fills the rest. On a CPU the bitmask's few-kept and
-in-between rows are written through a numpy view of the logits' bits: right after a model's
+keeps a few entries of some rows and fills the rest. On a CPU, ``keep_only`` (the bitmask's and
+the quote guards' few-kept rows) and the bitmask's in-between rows write through a numpy view of
+the logits' bits: right after a model's
 forward pass on the same CPU, each kind of operation a step runs for the first time runs on cold
 caches, and numpy's few kinds cost there a fraction of torch's dispatch (benchmarks/README.md,
 "The step's caches are cold beside a host model").
@@ -110,17 +111,11 @@ class MaskPlan:
             self._plan(logits.dtype, width)
         if self._few:  # few tokens forbidden (prose): xgrammar's kernel writes only those
             xgr.apply_token_bitmask_inplace(logits, self.bitmask, indices=self._few)
-        if self._sparse is None and self._middle is None:
-            return dict(self.counts)
-        bits = logits.detach().view(_BITS[logits.dtype][0]).numpy()  # the same memory
-        neg = _NEG_BITS[logits.dtype]
-        if self._sparse is not None:  # save the few kept, fill their rows, put them back
+        if self._sparse is not None:
             rows, r, c = self._sparse
-            saved = bits[r, c]
-            for row in rows.tolist():
-                bits[row, :width] = neg
-            bits[r, c] = saved
+            keep_only(logits, rows, r, c, width=width)
         if self._middle is not None:
+            bits, neg = _bits(logits), _NEG_BITS[logits.dtype]
             indices, ones = self._middle
             if indices == list(range(logits.shape[0])):
                 _select(bits[:, :width], ones, neg)
@@ -148,26 +143,39 @@ def _unpacked(packed: np.ndarray, width: int) -> np.ndarray:
     return np.unpackbits(packed.view(np.uint8), axis=-1, bitorder="little")[:, :width]
 
 
+Index = torch.Tensor | np.ndarray | int
+"""Row or token ids: a tensor on the logits' device, an array (logits on a CPU) or one id."""
+
+
 def keep_only(
-    logits: torch.Tensor,
-    rows: torch.Tensor | int,
-    r: torch.Tensor | int,
-    c: torch.Tensor,
-    *,
-    width: int | None = None,
+    logits: torch.Tensor, rows: Index, r: Index, c: Index, *, width: int | None = None
 ) -> None:
     """Keep only the entries (``r``, ``c``) of ``rows``: the rest of those rows becomes -inf.
 
     In place; ``width``: only the first ``width`` ids of each row are filled (``None``: all). A
-    mask that allows few tokens, written as two small indexed writes and one fill.
+    mask that allows few tokens, written as two small indexed writes and one fill; on a CPU,
+    on the floats' bits through numpy.
     """
+    if logits.device.type == "cpu":
+        bits, (at, ids) = _bits(logits), (_on_host(r), _on_host(c))
+        saved = bits[at, ids]
+        for row in np.atleast_1d(_on_host(rows)).tolist():  # an indexed fill costs three times more
+            bits[row, :width] = _NEG_BITS[logits.dtype]
+        bits[at, ids] = saved
+        return
     saved = logits[r, c]
-    if logits.device.type == "cpu" and isinstance(rows, torch.Tensor):
-        for row in rows.tolist():  # a fill per row: an indexed fill costs three times more
-            logits[row, :width].fill_(_NEG)
-    else:
-        logits[rows, :width] = _NEG
+    logits[rows, :width] = _NEG
     logits[r, c] = saved
+
+
+def _on_host(ids: Index) -> np.ndarray | int:
+    return ids.numpy() if isinstance(ids, torch.Tensor) else ids
+
+
+def _bits(logits: torch.Tensor) -> np.ndarray:
+    """The memory of CPU ``logits`` as integers of their floats' width (``_BITS``)."""
+    bits: np.ndarray = logits.detach().view(_BITS[logits.dtype][0]).numpy()
+    return bits
 
 _BITS = {
     torch.float32: (torch.int32, np.int32), torch.float64: (torch.int64, np.int64),

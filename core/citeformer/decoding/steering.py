@@ -269,8 +269,6 @@ class Steering:
         self._bitmask: torch.Tensor | None = None
         self._fillers: dict[int, xgr.BatchGrammarMatcher] = {}
         self._readers: dict[tuple[int, torch.device], WantedReader] = {}
-        self._opener_bits: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        """Per vocabulary, where its marker openers' bits are in a bitmask row: word and bit."""
         self._on_host = True
         """Whether the last logits steered were on the host (how ``prepare`` plans the mask)."""
 
@@ -378,13 +376,10 @@ class Steering:
             )
         return self._readers[key]
 
-    def _closed(self, words: np.ndarray, indices: list[int], vocab: Vocabulary) -> frozenset[int]:
+    @staticmethod
+    def _closed(words: np.ndarray, indices: list[int], vocab: Vocabulary) -> frozenset[int]:
         """The rows among ``indices`` whose bitmask ``words`` allows no marker opener."""
-        key = id(vocab)
-        if key not in self._opener_bits:
-            openers = vocab.openers.numpy()
-            self._opener_bits[key] = (openers >> 5, openers & 31)
-        at, bit = self._opener_bits[key]
+        at, bit = vocab.opener_bits
         opens = ((words[indices][:, at] >> bit) & 1).any(axis=1).tolist()
         return frozenset(i for i, may in zip(indices, opens, strict=True) if not may)
 

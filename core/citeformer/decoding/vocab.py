@@ -98,6 +98,12 @@ class Vocabulary:
         return torch.cat([self.glued_openers, self.openers]).numpy()
 
     @cached_property
+    def opener_bits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where each of ``openers`` is in a row of xgrammar's bitmask: its word, its bit."""
+        openers = self.openers.numpy()
+        return openers >> 5, openers & 31
+
+    @cached_property
     def glued_opener_ids(self) -> np.ndarray:
         """``glued_openers`` as one array every answer of the vocabulary shares."""
         return self.glued_openers.numpy()

@@ -57,6 +57,11 @@ Per arm, the best of the runs' median steering per step.
 the kinds the steering runs (a tensor's numpy view, a gather of logits through numpy and torch,
 xgrammar's CPU bitmask kernel), each timed 150 times right after the output layer and after
 nothing, median µs.
+``replay_floor``: ``replay``'s ahead arms at batch 1 (or ``--batches``), cold and warm, beside the
+same replay with the edits' write left out (``StepEdits.apply`` a no-op) and with both it and the
+bitmask's write left out (``MaskPlan.apply`` too): what the rest of ``apply`` (the reads of the
+scores, the levers that read them, the hand-over of the edits) costs alone, a floor no faster
+edit or mask can go below. The arms with writes left out steer wrongly and are not checked.
 
 ``memory``: peak RSS of a child process answering a batch of 32 technical questions with the
 embedded model (REQUIRED, 100 new tokens), beside the same process before the batch.
@@ -93,7 +98,7 @@ from citeformer.decoding.steering import Steering, advance_all  # noqa: E402
 OUT = HERE / "results" / "steering_speed.json"
 SECTIONS = (
     "steps", "lengths", "family", "end_to_end", "memory", "grammar", "shapes", "ahead",
-    "ahead_family", "replay", "replay_lengths", "replay_family", "cold_ops",
+    "ahead_family", "replay", "replay_lengths", "replay_family", "cold_ops", "replay_floor",
 )
 WINDOWS = {"16": (0, 16), "128": (112, 128), "512": (496, 512)}
 """Steps of an answer whose steering time stands for an answer of that many tokens."""
@@ -274,6 +279,55 @@ def replay_section(
                 }
         found[str(batch)] = line
         _print_replay(batch, line, long)
+    return found
+
+
+def replay_floor_section(reps: int, batches: Sequence[int] | None) -> dict[str, Any]:
+    from citeformer.decoding.edits import StepEdits
+    from citeformer.decoding.masks import MaskPlan
+
+    tokenizer, model = stand_in_of(None)
+    engine = TransformersEngine(model, tokenizer, work_ahead=False)
+    head = model.get_output_embeddings()
+    left_out = {
+        "full": [],
+        "without the edits' write": [mock.patch.object(StepEdits, "apply", lambda *a: None)],
+        "without the edits' and the mask's writes": [
+            mock.patch.object(StepEdits, "apply", lambda *a: None),
+            mock.patch.object(MaskPlan, "apply", lambda *a: {}),
+        ],
+    }
+    found: dict[str, Any] = {}
+    for batch in batches or (1,):
+        rows = [engine.prepare(build_request(item.question, item.sources(),
+                                             max_new_tokens=100)) for item in held_out(batch)]
+        steps = recorded_steps(engine, rows)
+        hidden = torch.randn(batch, 1, model.config.hidden_size)
+        arms = {"cold": lambda hidden=hidden: head(hidden), "warm": lambda: None}
+        seconds: dict[str, list[list[float]]] = {}
+        same = True
+        for _ in range(reps):  # the arms in turn, so the machine's state weighs on each alike
+            for arm, patches in left_out.items():
+                for caches, between in arms.items():
+                    for patch in patches:
+                        patch.start()
+                    try:
+                        run, chose = replayed(engine, rows, steps, between, ahead=True)
+                    finally:
+                        for patch in patches:
+                            patch.stop()
+                    seconds.setdefault(f"{arm}, {caches}", []).append(run)
+                    same &= chose or arm != "full"
+        line: dict[str, Any] = {"steps": len(steps), "full_chose_the_recorded_tokens": same}
+        for name, runs in seconds.items():
+            medians = [_ms(run)["median"] for run in runs]
+            means = [sum(run) / len(run) * 1e3 for run in runs]
+            line[name] = {"median_ms": medians, "best_median_ms": min(medians),
+                          "mean_ms": means, "best_mean_ms": min(means)}
+            print(f"batch {batch:>2}, {name}: the step waits {min(medians):.2f} ms (best median), "
+                  f"{min(means):.2f} (best mean)", flush=True)
+        print(f"batch {batch:>2}: the full replay chose the recorded tokens: {same}", flush=True)
+        found[str(batch)] = line
     return found
 
 
@@ -689,6 +743,8 @@ def main(argv: list[str] | None = None) -> None:
             found = ahead_section(args.tokens, args.device, args.reps, batches=args.batches)
         elif section == "cold_ops":
             found = cold_ops_section()
+        elif section == "replay_floor":
+            found = replay_floor_section(args.reps, args.batches)
         elif section in ("replay", "replay_lengths", "replay_family"):
             found = replay_section(
                 args.tokens, args.reps, args.batches, long=section == "replay_lengths",

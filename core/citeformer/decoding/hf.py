@@ -94,7 +94,7 @@ class SteeringLogitsProcessor(LogitsProcessor):
                 last: list[int] = input_ids[:, -1].tolist()
                 started = time.perf_counter()
                 self._advance(last)
-            masks = self._steering.prepare(self._steered())
+            masks = self._steering.prepare(self._steered(), ahead=False)
             self._chosen = None  # made here: the output layer did not run since they were noted
         if not self._started and self._work_ahead is None:
             self._work_ahead = scores.device.type != "cpu" or torch.get_num_threads() < _cores()

@@ -37,6 +37,11 @@ class MaskPlan:
     few it keeps where it keeps at most ``1/64`` of them (inside a marker), and in between the bits
     unpacked and selected into the logits without a branch (``_select``). The plan is made from the
     bitmask alone (``host``: for logits on the host), so it can be made before the logits are.
+    ``ahead``: it is made so, off the step's critical path; a row that forbids at most ``1/32`` of
+    the tokens (prose) then has those ids listed and set through numpy, one kind of operation
+    fewer in the step than xgrammar's kernel, which costs many times more on the caches a host
+    model's forward pass leaves cold (benchmarks/README.md). In the step, listing them would cost
+    more than the kernel saves.
     """
 
     def __init__(
@@ -47,9 +52,11 @@ class MaskPlan:
         *,
         host: bool = True,
         dtype: torch.dtype = torch.float32,
+        ahead: bool = False,
     ) -> None:
         self.bitmask = bitmask
         self.indices = indices
+        self._ahead = ahead
         self.counts: dict[int, int] = {}
         """How many tokens each row keeps, where that costs nothing more (on a CPU, numpy 2)."""
         self._width = min(vocab_size, bitmask.shape[-1] * 32)
@@ -58,6 +65,8 @@ class MaskPlan:
         self._few: list[int] = []
         self._sparse: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         """Rows keeping few tokens: those rows, and the (row, id) pairs they keep."""
+        self._scattered: tuple[np.ndarray, np.ndarray] | None = None
+        """Rows forbidding very few tokens: the (row, id) pairs they forbid."""
         self._middle: tuple[list[int], np.ndarray] | None = None
         """Rows in between: those rows, and their keep masks (``_keep_ones``)."""
         if host:
@@ -66,6 +75,7 @@ class MaskPlan:
     def _plan(self, dtype: torch.dtype, width: int) -> None:
         self._planned_for = (dtype, width)
         self.counts, self._few, self._sparse, self._middle = {}, [], None, None
+        self._scattered = None
         indices = self.indices
         packed = self.bitmask[indices].numpy()
         if not hasattr(np, "bitwise_count"):  # numpy 1: no count, every row selected
@@ -76,20 +86,23 @@ class MaskPlan:
             words[:, -1] &= (1 << (width % 32)) - 1  # no bit past the vocabulary
         kept = np.bitwise_count(words).sum(axis=1)
         self.counts = dict(zip(indices, kept.tolist(), strict=True))
-        kinds = np.where(3 * (width - kept) < width, 0, np.where(64 * kept <= width, 1, 2))
+        forbidden = width - kept
+        kinds = np.where(3 * forbidden < width, 0, np.where(64 * kept <= width, 1, 2))
+        if self._ahead:  # listing a row's few forbidden ids costs the step nothing
+            kinds[32 * forbidden <= width] = 3
         if dtype is torch.float64:  # xgrammar's kernel takes 32- and 16-bit floats
             kinds[kinds == 0] = 2
         rows_of = np.asarray(indices)
         self._few = rows_of[kinds == 0].tolist()
         sparse = np.flatnonzero(kinds == 1)
         if len(sparse):  # few kept: save them, fill the rows, put them back
-            # The few words that hold a kept bit, and their bits (``words`` has no bit past width).
-            holding = words[sparse]
-            at, word = np.nonzero(holding)
-            bits = np.unpackbits(holding[at, word].view(np.uint8)[:, None], axis=-1,
-                                 bitorder="little").reshape(len(at), 32)
-            which, bit = np.nonzero(bits)
-            self._sparse = (rows_of[sparse], rows_of[sparse][at[which]], word[which] * 32 + bit)
+            at, ids = _set_bits(words[sparse])
+            self._sparse = (rows_of[sparse], rows_of[sparse][at], ids)
+        scattered = np.flatnonzero(kinds == 3)
+        if len(scattered):  # very few forbidden (prose): those set alone
+            at, ids = _set_bits(~words[scattered])
+            inside = ids < width  # the inverted last word's bits past the vocabulary
+            self._scattered = (rows_of[scattered][at[inside]], ids[inside])
         middle = np.flatnonzero(kinds == 2)
         if len(middle):
             self._middle = (
@@ -114,6 +127,9 @@ class MaskPlan:
         if self._sparse is not None:
             rows, r, c = self._sparse
             keep_only(logits, rows, r, c, width=width)
+        if self._scattered is not None:
+            r, c = self._scattered
+            _bits(logits)[r, c] = _NEG_BITS[logits.dtype]
         if self._middle is not None:
             bits, neg = _bits(logits), _NEG_BITS[logits.dtype]
             indices, ones = self._middle
@@ -136,6 +152,15 @@ def apply_bitmask(
     return MaskPlan(
         bitmask, indices, logits.shape[-1], host=logits.device.type == "cpu", dtype=logits.dtype
     ).apply(logits)
+
+
+def _set_bits(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The set bits of ``words`` (uint32, a row each): each one's row and bit position."""
+    at, word = np.nonzero(words)  # only the words holding a set bit are unpacked
+    bits = np.unpackbits(words[at, word].view(np.uint8)[:, None], axis=-1,
+                         bitorder="little").reshape(len(at), 32)
+    which, bit = np.nonzero(bits)
+    return at[which], word[which] * 32 + bit
 
 
 def _unpacked(packed: np.ndarray, width: int) -> np.ndarray:
@@ -174,6 +199,8 @@ def _on_host(ids: Index) -> np.ndarray | int:
 
 def _bits(logits: torch.Tensor) -> np.ndarray:
     """The memory of CPU ``logits`` as integers of their floats' width (``_BITS``)."""
+    if logits.dtype in (torch.float32, torch.float64):  # one conversion: numpy views the rest
+        return logits.detach().numpy().view(_BITS[logits.dtype][1])
     bits: np.ndarray = logits.detach().view(_BITS[logits.dtype][0]).numpy()
     return bits
 

@@ -271,8 +271,12 @@ class Steering:
         self._readers: dict[tuple[int, torch.device], WantedReader] = {}
         self._on_host = True
         """Whether the last logits steered were on the host (how ``prepare`` plans the mask)."""
+        self._dtype = torch.float32
+        """The last logits' dtype: the one ``prepare`` plans the mask for."""
 
-    def prepare(self, rows: Sequence[tuple[int, RowSteering]]) -> StepMasks:
+    def prepare(
+        self, rows: Sequence[tuple[int, RowSteering]], *, ahead: bool = True
+    ) -> StepMasks:
         """What ``rows`` will be steered by at the coming step that does not read its logits.
 
         The rows' grammar bitmask, filled in one call and bounded by each row's ``WordBound``,
@@ -280,7 +284,8 @@ class Steering:
         read no scores (``Lever.needs_raw``). An engine that knows the rows' tokens before the
         model has computed the next logits makes these meanwhile (``citeformer.decoding.hf``)
         and hands them to ``apply``; called after the rows' ``advance``, before the logits are
-        steered.
+        steered. ``ahead``: made while the model computes the logits, where more work here that
+        saves some in ``apply`` is free (``MaskPlan``); ``False`` where the step waits for it.
         """
         grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
         plan, closed = None, frozenset[int]()
@@ -297,7 +302,10 @@ class Steering:
             for i, row in rows:
                 if row.word_bound is not None:
                     row.word_bound.restrict(words[i])
-            plan = MaskPlan(bitmask, indices, self._vocab_size, host=self._on_host)
+            plan = MaskPlan(
+                bitmask, indices, self._vocab_size, host=self._on_host, dtype=self._dtype,
+                ahead=ahead,
+            )
             closed = self._closed(words, indices, rows[0][1].vocab)
         guards = [(i, row.guard, row.guard.mask()) for i, row in rows if row.guard is not None]
         # The levers that read no scores say their edits now; a row's error waits for ``apply``,
@@ -323,9 +331,9 @@ class Steering:
         """
         if not rows:
             return
-        self._on_host = logits.device.type == "cpu"
+        self._on_host, self._dtype = logits.device.type == "cpu", logits.dtype
         if masks is None:
-            masks = self.prepare(rows)
+            masks = self.prepare(rows, ahead=False)
         elif masks.rows != [i for i, _ in rows]:
             raise InvalidInputError(
                 f"the masks were prepared for rows {masks.rows} but rows "

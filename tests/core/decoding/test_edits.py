@@ -27,17 +27,20 @@ from citeformer.decoding.levers import (
     WordRepeatBlock,
     WrapUp,
 )
-from citeformer.decoding.masks import apply_bitmask
+from citeformer.decoding.masks import MaskPlan, apply_bitmask
 from citeformer.decoding.steering import RowSteering, _edit_all
 from citeformer.decoding.vocab import Vocabulary
 from citeformer.evidence import LexicalEvidence
 from citeformer.types import Source
 
 
-@pytest.fixture(autouse=True, params=["host", "torch"])
+@pytest.fixture(autouse=True, params=["host", "host-batched", "torch"])
 def logits_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Host float logits are read and written through numpy; every test also runs torch's way,
-    the one 16-bit floats and an accelerator's logits take."""
+    """Host float logits are read and written through numpy, a few edits one by one and more in
+    batched writes; every test also runs the batched way and torch's way, the one 16-bit floats
+    and an accelerator's logits take."""
+    if request.param == "host-batched":
+        monkeypatch.setattr(edits_module, "_FEW_EDITS", 0)
     if request.param == "torch":
         monkeypatch.setattr(edits_module, "_host", lambda logits: None)
 
@@ -258,24 +261,32 @@ def test_what_the_model_wanted_is_the_ratio_of_ending_to_allowed_openers() -> No
 @pytest.mark.filterwarnings("ignore:The bitmask covers only")  # the padded case, on purpose
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 @pytest.mark.parametrize(("width", "columns"), [(64, 64), (70, 70), (49152, 49152), (64, 80)])
+@pytest.mark.parametrize("ahead", [False, True])
 def test_the_cpu_bitmask_equals_xgrammars_kernel(
-    width: int, columns: int, dtype: torch.dtype
+    width: int, columns: int, dtype: torch.dtype, ahead: bool
 ) -> None:
     # columns > width: logits wider than the bitmask (a padded vocabulary), the rest untouched.
     generator = torch.Generator().manual_seed(width)
-    bitmask = torch.randint(-2**31, 2**31 - 1, (4, (width + 31) // 32), dtype=torch.int32,
+    bitmask = torch.randint(-2**31, 2**31 - 1, (6, (width + 31) // 32), dtype=torch.int32,
                             generator=generator)
     bitmask[2] = -1  # a row that keeps everything
+    bitmask[4] = -1  # one that forbids two tokens: 1 and the last
+    bitmask[4, 0] = ~2
+    bitmask.numpy()[4, -1] &= ~np.array(1 << ((width - 1) % 32), np.uint32).view(np.int32)
+    bitmask[5] = ~0x01010101  # and one that forbids every eighth token
     bitmask[3] = 0
     bitmask[3, 0] = 5  # and one that keeps three tokens: 0, 2 and the last
     bitmask.numpy()[3, -1] = np.array(1 << ((width - 1) % 32), np.uint32).view(np.int32)
-    scores = torch.randn(4, columns, generator=generator).to(dtype)
+    scores = torch.randn(6, columns, generator=generator).to(dtype)
     scores[0, 1] = NEG  # already masked
-    # Every kind of row, alone and mixed: few forbidden (2, xgrammar's kernel), few kept (3),
-    # in between (0, 1).
-    for indices in ([0, 1, 2, 3], [1, 3], [2], [3], [0, 2, 3]):
+    # Every kind of row, alone and mixed: none forbidden (2) and very few (4), through numpy
+    # where planned ahead; few forbidden (5, xgrammar's kernel); few kept (3); in between (0, 1).
+    for indices in ([0, 1, 2, 3, 4, 5], [1, 3], [2], [3], [4], [5], [0, 2, 3], [1, 4, 5]):
         ours, theirs = scores.clone(), scores.clone()
-        counts = apply_bitmask(ours, bitmask, indices)
+        if ahead:  # planned before the logits: the rows forbidding very few ids list them
+            counts = MaskPlan(bitmask, indices, columns, dtype=dtype, ahead=True).apply(ours)
+        else:
+            counts = apply_bitmask(ours, bitmask, indices)
         kept = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
         if dtype is torch.float64:  # xgrammar's kernel takes no float64
             keep = torch.from_numpy(kept[indices, :width]).bool()

@@ -283,20 +283,9 @@ def replay_section(
 
 
 def replay_floor_section(reps: int, batches: Sequence[int] | None) -> dict[str, Any]:
-    from citeformer.decoding.edits import StepEdits
-    from citeformer.decoding.masks import MaskPlan
-
     tokenizer, model = stand_in_of(None)
     engine = TransformersEngine(model, tokenizer, work_ahead=False)
     head = model.get_output_embeddings()
-    left_out = {
-        "full": [],
-        "without the edits' write": [mock.patch.object(StepEdits, "apply", lambda *a: None)],
-        "without the edits' and the mask's writes": [
-            mock.patch.object(StepEdits, "apply", lambda *a: None),
-            mock.patch.object(MaskPlan, "apply", lambda *a: {}),
-        ],
-    }
     found: dict[str, Any] = {}
     for batch in batches or (1,):
         rows = [engine.prepare(build_request(item.question, item.sources(),
@@ -304,20 +293,8 @@ def replay_floor_section(reps: int, batches: Sequence[int] | None) -> dict[str, 
         steps = recorded_steps(engine, rows)
         hidden = torch.randn(batch, 1, model.config.hidden_size)
         arms = {"cold": lambda hidden=hidden: head(hidden), "warm": lambda: None}
-        seconds: dict[str, list[list[float]]] = {}
-        same = True
-        for _ in range(reps):  # the arms in turn, so the machine's state weighs on each alike
-            for arm, patches in left_out.items():
-                for caches, between in arms.items():
-                    for patch in patches:
-                        patch.start()
-                    try:
-                        run, chose = replayed(engine, rows, steps, between, ahead=True)
-                    finally:
-                        for patch in patches:
-                            patch.stop()
-                    seconds.setdefault(f"{arm}, {caches}", []).append(run)
-                    same &= chose or arm != "full"
+        seconds, chose = floor_runs(engine, rows, steps, arms, reps)
+        same = all(chose[f"full, {caches}"] for caches in arms)
         line: dict[str, Any] = {"steps": len(steps), "full_chose_the_recorded_tokens": same}
         for name, runs in seconds.items():
             medians = [_ms(run)["median"] for run in runs]
@@ -329,6 +306,45 @@ def replay_floor_section(reps: int, batches: Sequence[int] | None) -> dict[str, 
         print(f"batch {batch:>2}: the full replay chose the recorded tokens: {same}", flush=True)
         found[str(batch)] = line
     return found
+
+
+def floor_runs(
+    engine: TransformersEngine,
+    rows: list[Any],
+    steps: list[tuple[torch.Tensor, torch.Tensor]],
+    between: dict[str, Any],
+    reps: int,
+) -> tuple[dict[str, list[list[float]]], dict[str, bool]]:
+    """``replayed`` ahead, whole and with writes left out, for each of ``between``'s ways, the
+    arms in turn ``reps`` times: each arm's seconds per run, and whether all its runs chose the
+    recorded tokens (the arms with writes left out are not expected to)."""
+    from citeformer.decoding.edits import StepEdits
+    from citeformer.decoding.masks import MaskPlan
+
+    left_out = {
+        "full": [],
+        "without the edits' write": [mock.patch.object(StepEdits, "apply", lambda *a: None)],
+        "without the edits' and the mask's writes": [
+            mock.patch.object(StepEdits, "apply", lambda *a: None),
+            mock.patch.object(MaskPlan, "apply", lambda *a: {}),
+        ],
+    }
+    seconds: dict[str, list[list[float]]] = {}
+    chose: dict[str, bool] = {}
+    for _ in range(reps):  # the arms in turn, so the machine's state weighs on each alike
+        for arm, patches in left_out.items():
+            for caches, run_between in between.items():
+                for patch in patches:
+                    patch.start()
+                try:
+                    run, same = replayed(engine, rows, steps, run_between, ahead=True)
+                finally:
+                    for patch in patches:
+                        patch.stop()
+                name = f"{arm}, {caches}"
+                seconds.setdefault(name, []).append(run)
+                chose[name] = chose.get(name, True) and same
+    return seconds, chose
 
 
 def cold_ops_section() -> dict[str, Any]:

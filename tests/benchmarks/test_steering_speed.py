@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import torch
-from steering_speed import recorded_steps, replayed
+from steering_speed import floor_runs, recorded_steps, replayed
 
 from citeformer import CiteGenerator, Source, build_request
 from tests.adversary import bracket_hungry_llama
@@ -44,3 +44,20 @@ def test_a_replay_that_strays_from_the_recording_is_told(decode: Any) -> None:
     bent[torch.arange(2), chosen] = float("-inf")
     strayed = [*steps[:1], (last, bent), *steps[2:]]
     assert not replayed(engine, rows, strayed, lambda: None, ahead=True)[1]
+
+
+def test_the_floor_arms_leave_out_the_writes_and_put_them_back(decode: Any) -> None:
+    from citeformer.decoding.edits import StepEdits
+    from citeformer.decoding.masks import MaskPlan
+
+    engine, rows, steps = decode
+    writes = (StepEdits.apply, MaskPlan.apply)
+    seconds, chose = floor_runs(engine, rows, steps, {"warm": lambda: None}, reps=2)
+    assert set(seconds) == set(chose) == {
+        "full, warm", "without the edits' write, warm",
+        "without the edits' and the mask's writes, warm",
+    }
+    assert all(len(runs) == 2 and len(runs[0]) == len(steps) - 1 for runs in seconds.values())
+    # The bracket-hungry model, unmasked, writes what the grammar forbids: that arm strays.
+    assert chose["full, warm"] and not chose["without the edits' and the mask's writes, warm"]
+    assert (StepEdits.apply, MaskPlan.apply) == writes

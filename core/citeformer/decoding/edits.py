@@ -9,7 +9,8 @@ its additions in the order its row's levers made them and the floats come out as
 had written its own. Index arrays are built on the host and sent to the logits' device once per
 write; the logits never leave it. Logits already on the host, in a float type numpy computes
 alike, are read and written through a numpy view of their memory, which costs a fraction of
-torch's indexed operations on a few entries.
+torch's indexed operations on a few entries; there a step's few edits (batch 1's) are made one
+write each, in the same order, which takes fewer operations than building the batched writes.
 
 ``Wanted`` is the model's own choice between ending a sentence and opening a marker, from the
 scores before any mask, read for every row that asks at once (``WantedReader``).

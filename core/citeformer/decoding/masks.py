@@ -3,11 +3,11 @@
 ``MaskPlan`` writes the grammar's packed bitmask, the way each row's count of kept tokens makes
 cheapest on a CPU; ``apply_guards`` the quote guards' masks with one host read; ``keep_only``
 keeps a few entries of some rows and fills the rest. On a CPU, ``keep_only`` (the bitmask's and
-the quote guards' few-kept rows) and the bitmask's in-between rows write through a numpy view of
-the logits' bits: right after a model's
-forward pass on the same CPU, each kind of operation a step runs for the first time runs on cold
-caches, and numpy's few kinds cost there a fraction of torch's dispatch (benchmarks/README.md,
-"The step's caches are cold beside a host model").
+the quote guards' few-kept rows), the bitmask's in-between rows and, in a plan made ahead, its
+rows that forbid very few tokens write through a numpy view of the logits' bits: right after a
+model's forward pass on the same CPU, each kind of operation a step runs for the first time runs
+on cold caches, and numpy's few kinds cost there a fraction of torch's dispatch
+(benchmarks/README.md, "The step's caches are cold beside a host model").
 """
 
 from __future__ import annotations

@@ -56,7 +56,6 @@ class MaskPlan:
     ) -> None:
         self.bitmask = bitmask
         self.indices = indices
-        self._ahead = ahead
         self.counts: dict[int, int] = {}
         """How many tokens each row keeps, where that costs nothing more (on a CPU, numpy 2)."""
         self._width = min(vocab_size, bitmask.shape[-1] * 32)
@@ -70,9 +69,9 @@ class MaskPlan:
         self._middle: tuple[list[int], np.ndarray] | None = None
         """Rows in between: those rows, and their keep masks (``_keep_ones``)."""
         if host:
-            self._plan(dtype, self._width)
+            self._plan(dtype, self._width, ahead=ahead)
 
-    def _plan(self, dtype: torch.dtype, width: int) -> None:
+    def _plan(self, dtype: torch.dtype, width: int, *, ahead: bool) -> None:
         self._planned_for = (dtype, width)
         self.counts, self._few, self._sparse, self._middle = {}, [], None, None
         self._scattered = None
@@ -88,7 +87,7 @@ class MaskPlan:
         self.counts = dict(zip(indices, kept.tolist(), strict=True))
         forbidden = width - kept
         kinds = np.where(3 * forbidden < width, 0, np.where(64 * kept <= width, 1, 2))
-        if self._ahead:  # listing a row's few forbidden ids costs the step nothing
+        if ahead:  # listing a row's few forbidden ids costs the step nothing
             kinds[32 * forbidden <= width] = 3
         if dtype is torch.float64:  # xgrammar's kernel takes 32- and 16-bit floats
             kinds[kinds == 0] = 2
@@ -121,7 +120,7 @@ class MaskPlan:
             return {}
         width = min(logits.shape[-1], self._width)  # as xgrammar: ids past it untouched
         if self._planned_for != (logits.dtype, width):  # not made, or for other logits
-            self._plan(logits.dtype, width)
+            self._plan(logits.dtype, width, ahead=False)  # in the step
         if self._few:  # few tokens forbidden (prose): xgrammar's kernel writes only those
             xgr.apply_token_bitmask_inplace(logits, self.bitmask, indices=self._few)
         if self._sparse is not None:

@@ -254,18 +254,13 @@ def replay_section(
 
     tokenizer, model = stand_in_of(family)
     engine = TransformersEngine(model, tokenizer, work_ahead=False)
-    head = model.get_output_embeddings()
     options: dict[str, Any] = (
         {"max_new_tokens": 512, "readability": Readability(end_bias=0.0)} if long
         else {"max_new_tokens": tokens}
     )
     found: dict[str, Any] = {"vocab": len(tokenizer)}
     for batch in batches or ((1, 32) if long else (32,) if family else (1, 8, 32)):
-        rows = [engine.prepare(build_request(item.question, item.sources(), **options))
-                for item in held_out(batch)]
-        steps = recorded_steps(engine, rows)
-        hidden = torch.randn(batch, 1, model.config.hidden_size)
-        arms = {"cold": lambda hidden=hidden: head(hidden), "warm": lambda: None}
+        rows, steps, arms = _recording(engine, model, batch, options)
         line: dict[str, Any] = {"steps": len(steps)}
         for work in ("in_step", "ahead"):
             for caches, between in arms.items():
@@ -282,17 +277,24 @@ def replay_section(
     return found
 
 
+def _recording(
+    engine: TransformersEngine, model: Any, batch: int, options: dict[str, Any]
+) -> tuple[list[Any], list[tuple[torch.Tensor, torch.Tensor]], dict[str, Any]]:
+    """``batch`` held-out rows with ``options``, their steps recorded, and what runs between two
+    replayed steps: the output layer (``cold``) or nothing (``warm``)."""
+    rows = [engine.prepare(build_request(item.question, item.sources(), **options))
+            for item in held_out(batch)]
+    head = model.get_output_embeddings()
+    hidden = torch.randn(batch, 1, model.config.hidden_size)
+    return rows, recorded_steps(engine, rows), {"cold": lambda: head(hidden), "warm": lambda: None}
+
+
 def replay_floor_section(reps: int, batches: Sequence[int] | None) -> dict[str, Any]:
     tokenizer, model = stand_in_of(None)
     engine = TransformersEngine(model, tokenizer, work_ahead=False)
-    head = model.get_output_embeddings()
     found: dict[str, Any] = {}
     for batch in batches or (1,):
-        rows = [engine.prepare(build_request(item.question, item.sources(),
-                                             max_new_tokens=100)) for item in held_out(batch)]
-        steps = recorded_steps(engine, rows)
-        hidden = torch.randn(batch, 1, model.config.hidden_size)
-        arms = {"cold": lambda hidden=hidden: head(hidden), "warm": lambda: None}
+        rows, steps, arms = _recording(engine, model, batch, {"max_new_tokens": 100})
         seconds, chose = floor_runs(engine, rows, steps, arms, reps)
         same = all(chose[f"full, {caches}"] for caches in arms)
         line: dict[str, Any] = {"steps": len(steps), "full_chose_the_recorded_tokens": same}

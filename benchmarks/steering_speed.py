@@ -325,10 +325,10 @@ def floor_runs(
 
     left_out = {
         "full": [],
-        "without the edits' write": [mock.patch.object(StepEdits, "apply", lambda *a: None)],
+        "without the edits' write": [mock.patch.object(StepEdits, "apply", lambda *a, **k: None)],
         "without the edits' and the mask's writes": [
-            mock.patch.object(StepEdits, "apply", lambda *a: None),
-            mock.patch.object(MaskPlan, "apply", lambda *a: {}),
+            mock.patch.object(StepEdits, "apply", lambda *a, **k: None),
+            mock.patch.object(MaskPlan, "apply", lambda *a, **k: {}),
         ],
     }
     seconds: dict[str, list[list[float]]] = {}

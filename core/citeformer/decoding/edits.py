@@ -13,13 +13,14 @@ torch's indexed operations on a few entries; there a step's few edits (batch 1's
 write each, in the same order, which takes fewer operations than building the batched writes.
 
 ``Wanted`` is the model's own choice between ending a sentence and opening a marker, from the
-scores before any mask, read for every row that asks at once (``WantedReader``).
+scores before any mask and what the masks allow, read for every row that asks at once
+(``WantedReader``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -28,16 +29,19 @@ import torch
 
 from citeformer.errors import GrammarViolationError
 
-__all__ = ["CHAIN_SHARE", "StepEdits", "Wanted", "WantedReader"]
+__all__ = ["CHAIN_SHARE", "HOST_FLOATS", "StepEdits", "Wanted", "WantedReader", "host_view"]
 
 _NEG = float("-inf")
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FEW_EDITS = 8
 """Up to this many edits a step on host logits are written one by one (``_apply_each``)."""
+_FEW_ROWS = 4
+"""Up to this many rows of host logits, ``WantedReader.read`` weighs each in plain floats."""
 
 CHAIN_SHARE = 0.5
 """The share of the model's probability on ``,`` and ``;`` from which it wants to chain a clause
 (``ClauseEnd``): more than on anything else; below it ``Wanted.chain_share`` is only bounded."""
+_LOG_CHAIN_SHARE = math.log(CHAIN_SHARE)
 
 Ids = torch.Tensor | np.ndarray | Sequence[int]
 """Token ids: a CPU tensor, an array or a list."""
@@ -146,25 +150,47 @@ class StepEdits:
         self._additions += other._additions
         self._forgotten |= other._forgotten
 
+    def removals_of(self, rows: Collection[int]) -> dict[int, np.ndarray]:
+        """The ids each of ``rows`` was asked to lose in entries of its own (``remove``).
+
+        Rows whose edits are forgotten are left out. With ``drop_removals``, for a caller that
+        makes those removals in a write of its own (``MaskPlan.forbid``).
+        """
+        found: dict[int, list[np.ndarray]] = {}
+        for _, row, ids in self._removals:
+            if isinstance(row, int) and row in rows and row not in self._forgotten:
+                found.setdefault(row, []).append(ids)
+        return {row: np.concatenate(ids) for row, ids in found.items()}
+
+    def drop_removals(self, rows: Collection[int]) -> None:
+        """Forget the removals asked for ``rows`` in entries of their own (``removals_of``)."""
+        self._removals = [
+            (position, row, ids) for position, row, ids in self._removals
+            if not (isinstance(row, int) and row in rows)
+        ]
+
     def forget(self, row: int) -> None:
         """Make none of ``row``'s edits, those asked so far or later (a lever of it failed)."""
         self._forgotten.add(row)
 
-    def apply(self, logits: torch.Tensor) -> None:
-        """Make every edit asked for in ``logits`` (``[rows, vocab]``, in place)."""
+    def apply(self, logits: torch.Tensor, *, host: np.ndarray | None = None) -> None:
+        """Make every edit asked for in ``logits`` (``[rows, vocab]``, in place).
+
+        ``host``: their memory as an array (``host_view``), where the caller has it already.
+        """
         if self._forgotten:
             self._drop_forgotten()
         # Each row's edits in the order of its levers (a stable sort: asked order among equals).
         self._removals.sort(key=itemgetter(0))
         self._additions.sort(key=itemgetter(0))
-        host = _host(logits)
+        host = host if host is not None else host_view(logits)
         few = len(self._removals) + len(self._additions) <= _FEW_EDITS
         if host is not None and few and self._apply_each(host):
             return
         if self._removals:
-            self._apply_removals(logits)
+            self._apply_removals(logits, host)
         if self._additions:
-            self._apply_additions(logits)
+            self._apply_additions(logits, host)
 
     def _apply_each(self, host: np.ndarray) -> bool:
         """Make the few edits one write each, in order, where no removal may empty its row.
@@ -183,10 +209,13 @@ class StepEdits:
         if any(allowed.get(row, 0) <= count for row, count in removed.items()):
             return False
         for _, rows, ids in self._removals:
-            host[rows if isinstance(rows, int) else rows[:, None], ids] = _NEG
+            if isinstance(rows, int):
+                host[rows][ids] = _NEG  # a row's view indexed by one array: the cheapest write
+            else:
+                host[rows[:, None], ids] = _NEG
         for _, row, ids, value in self._additions:
             # float32 first, as the batched write: the same sums in a float64 row.
-            host[row, ids] += value if isinstance(value, np.ndarray) else np.float32(value)
+            host[row][ids] += value if isinstance(value, np.ndarray) else np.float32(value)
         return True
 
     def _drop_forgotten(self) -> None:
@@ -203,7 +232,7 @@ class StepEdits:
         self._removals = removals
         self._additions = [entry for entry in self._additions if entry[1] not in forgotten]
 
-    def _apply_additions(self, logits: torch.Tensor) -> None:
+    def _apply_additions(self, logits: torch.Tensor, host: np.ndarray | None) -> None:
         # One accumulating write, in the order of each row's levers: a logit two levers raise
         # gets them in the order the levers act (on a CPU the write adds its duplicates in
         # order), so the floats are those of one write per lever.
@@ -219,7 +248,6 @@ class StepEdits:
                 value if isinstance(value, np.ndarray) else np.full(length, value, np.float32)
                 for value, length in zip(values, lengths.tolist(), strict=True)
             ])
-        host = _host(logits)
         if host is not None:  # numpy adds a repeated index's values in order, as torch does
             np.add.at(host, (r, c), v.astype(host.dtype, copy=False))
             return
@@ -227,7 +255,7 @@ class StepEdits:
             _indices(logits, r, c), _to(logits, v).to(logits.dtype), accumulate=True
         )
 
-    def _apply_removals(self, logits: torch.Tensor) -> None:
+    def _apply_removals(self, logits: torch.Tensor, host: np.ndarray | None) -> None:
         r, c = self._removal_indices()
         # A row whose removals number fewer than the tokens the masks left keeps one of them.
         removed = np.bincount(r, minlength=logits.shape[0])
@@ -235,7 +263,6 @@ class StepEdits:
         if self._allowed:
             allowed[list(self._allowed)] = list(self._allowed.values())
         doubtful = np.flatnonzero((removed > 0) & ((allowed < 0) | (removed >= allowed)))
-        host = _host(logits)
         if host is not None:
             kept = host[r, c] if doubtful.shape[0] else None
             host[r, c] = _NEG
@@ -338,13 +365,16 @@ class StepEdits:
 
 
 class WantedReader:
-    """Reads ``Wanted`` for a batch's rows: two small gathers, none of the whole vocabulary.
+    """Reads ``Wanted`` for a batch's rows: small gathers, none of the whole vocabulary.
 
-    ``before`` the masks, the scores of the sentence enders and marker openers; ``after`` them,
-    which of those are still allowed; ``Wanted`` is computed from both on the host. Ending and
+    ``before`` the masks, the scores of the sentence enders and marker openers; which of those
+    the masks allow is told by them ahead (``allowed``, from the grammar's bitmask) or read
+    ``after`` them; ``Wanted`` is computed from both on the host, in float64. Ending and
     citing are weighed by the ratio of their probabilities, which needs no softmax normalizer;
     given ``chainers``, the normalizers of the rows whose levers may read the chainers' share of
     all the probability are read too (``before``'s ``shares``; one reduction per such row).
+    ``read`` does it all before the masks; for a few rows of host logits it reads each row's
+    scores once and weighs them in plain floats, the fewest operations a step can run.
     """
 
     def __init__(
@@ -360,6 +390,108 @@ class WantedReader:
         self._chain = len(enders) + len(openers)
         self._rows: dict[tuple[int, ...], torch.Tensor] = {}
         self._host_ids = self._ids[0].cpu().numpy()
+        self._words, self._bits = self._host_ids >> 5, self._host_ids & 31
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The ids read: the enders', the openers', then the chainers'."""
+        return self._host_ids
+
+    def allowed(self, words: np.ndarray | None, rows: Sequence[int]) -> np.ndarray:
+        """Which of the reader's ids each of ``rows`` of a grammar's bitmask ``words`` allows.
+
+        ``words``: xgrammar's bitmask as an array (``None``: no bitmask, every id allowed); one
+        row of flags per row, in the order of ``read``'s scores.
+        """
+        if words is None:
+            return np.ones((len(rows), self._host_ids.shape[0]), dtype=bool)
+        flags: np.ndarray = ((words[list(rows)][:, self._words] >> self._bits) & 1).astype(bool)
+        return flags
+
+    def read(
+        self,
+        logits: torch.Tensor,
+        rows: Sequence[int],
+        allowed: np.ndarray,
+        *,
+        shares: Callable[[int], bool] | None = None,
+        may_share: Callable[[int], bool] | None = None,
+        host: np.ndarray | None = None,
+    ) -> dict[int, Wanted]:
+        """``Wanted`` for ``rows`` from the scores before any mask and what the masks will allow.
+
+        ``allowed``: per row, which of the reader's ids the masks leave (``allowed``, and a quote
+        guard's mask), known before the logits; a score that is not finite is not allowed
+        either, as after the masks. ``shares``, ``may_share``: as ``before``'s. ``host``: the
+        logits' memory as an array (``host_view``), where the caller has it.
+        """
+        host = host if host is not None else host_view(logits)
+        if host is not None and len(rows) <= _FEW_ROWS:
+            found = self._read_few(host, rows, allowed, shares, may_share)
+            if found is not None:
+                return found
+        raw = self.before(logits, rows, shares=shares, may_share=may_share, host=host)
+        width = self._host_ids.shape[0]
+        return self._wanted(raw, np.isfinite(raw[:, :width]) & allowed, rows)
+
+    def _read_few(
+        self,
+        host: np.ndarray,
+        rows: Sequence[int],
+        allowed: np.ndarray,
+        shares: Callable[[int], bool] | None,
+        may_share: Callable[[int], bool] | None,
+    ) -> dict[int, Wanted] | None:
+        """``read`` row by row in plain floats: one gather and one list per row.
+
+        ``None`` where a score is NaN or +inf (the arrays' path weighs those).
+        """
+        split, chain, ids = self._split, self._chain, self._host_ids
+        chained_too = ids.shape[0] > chain
+        found: dict[int, Wanted] = {}
+        for row, flags in zip(rows, allowed.tolist(), strict=True):
+            values: list[float] = host[row][ids].tolist()
+            if not sum(values) < math.inf:
+                return None
+            finite = [flag and value > _NEG for flag, value in zip(flags, values, strict=True)]
+            open_sum = _logsumexp_of(
+                [value for value, kept in zip(values[split:chain], finite[split:chain],
+                                              strict=True) if kept]
+            )
+            ratio = _logsumexp_of(values[:split]) - open_sum
+            chain_ratio = share = _NEG
+            if chained_too:
+                chained = _logsumexp_of(values[chain:])
+                chain_ratio = chained - open_sum
+                share = chained - self._normalizer_of(
+                    host, row, chained, max(values), shares, may_share
+                )
+            found[row] = Wanted(
+                _exp(ratio), any(finite[split:chain]), any(finite[:split]),
+                _exp(chain_ratio, empty=0.0), min(1.0, _exp(share, empty=0.0)),
+            )
+        return found
+
+    @staticmethod
+    def _normalizer_of(
+        host: np.ndarray,
+        row: int,
+        chained: float,
+        best_read: float,
+        shares: Callable[[int], bool] | None,
+        may_share: Callable[[int], bool] | None,
+    ) -> float:
+        """``_normalizers`` for one row of host logits (``best_read``: its best score read)."""
+        if may_share is not None and not may_share(row):
+            return math.inf
+        # The row's best score is at least the best of those read: most rows end here.
+        if chained - best_read < _LOG_CHAIN_SHARE:
+            return math.inf
+        if chained - float(host[row].max()) < _LOG_CHAIN_SHARE:
+            return math.inf
+        if shares is not None and not shares(row):
+            return math.inf
+        return float(torch.logsumexp(torch.from_numpy(host[row]), dim=-1))
 
     def before(
         self,
@@ -368,14 +500,16 @@ class WantedReader:
         *,
         shares: Callable[[int], bool] | None = None,
         may_share: Callable[[int], bool] | None = None,
+        host: np.ndarray | None = None,
     ) -> np.ndarray:
         """The enders', openers' (and chainers') scores in ``rows`` before any mask.
 
         With chainers, each row's log-normalizer comes last (``_normalizers``); ``shares``
         tells of a row whether its levers may read the chainers' share at this step (``None``:
-        all of them), and is asked only where one max leaves the share open.
+        all of them), and is asked only where one max leaves the share open. ``host``: as
+        ``read``'s.
         """
-        host = _host(logits)
+        host = host if host is not None else host_view(logits)
         scores: np.ndarray
         if host is not None:
             scores = host[self._index(rows).numpy(), self._host_ids].astype(np.float32, copy=False)
@@ -398,9 +532,10 @@ class WantedReader:
 
         Elsewhere ``inf`` (a share of 0): their share is at most ``exp(chained - top)``, so a row
         whose chainers fall ``-log CHAIN_SHARE`` below its top score is settled by one max, not
-        a logsumexp over the vocabulary; so is a row whose levers will not read it (``shares``).
-        ``may_share``: a cheaper first word on that, asked before any row is reduced; ``shares``
-        is asked only of the rows the max leaves open.
+        a logsumexp over the vocabulary; so is a row whose levers will not read it (``shares``),
+        and one whose chainers fall that far below the best of its scores read (``scores``),
+        which no top is below. ``may_share``: a cheaper first word on that, asked before any
+        row is reduced; ``shares`` is asked only of the rows the max leaves open.
         """
         normalizers = np.full(len(rows), math.inf, dtype=np.float32)
         # The rows' levers say first (a few comparisons each); only their rows are reduced.
@@ -408,8 +543,14 @@ class WantedReader:
         if not asked:
             return normalizers
         chained = torch.logsumexp(torch.from_numpy(scores[asked, self._chain:]), dim=-1)
+        best_read = torch.from_numpy(scores[asked].max(axis=1))
+        close = (chained - best_read >= _LOG_CHAIN_SHARE).tolist()
+        near = [j for j, may in enumerate(close) if may]
+        if not near:
+            return normalizers
+        asked, chained = [asked[j] for j in near], chained[near]
         own = logits[torch.tensor([rows[k] for k in asked], device=logits.device)].float()
-        maybe = (chained - own.amax(dim=-1).cpu() >= math.log(CHAIN_SHARE)).tolist()
+        maybe = (chained - own.amax(dim=-1).cpu() >= _LOG_CHAIN_SHARE).tolist()
         picked = [
             j for j, may in enumerate(maybe) if may and (shares is None or shares(rows[asked[j]]))
         ]
@@ -431,11 +572,18 @@ class WantedReader:
         self, raw: np.ndarray, logits: torch.Tensor, rows: Sequence[int]
     ) -> dict[int, Wanted]:
         """``Wanted`` for ``rows``, from their scores ``before`` and the masked ``logits``."""
-        host = _host(logits)
+        host = host_view(logits)
         if host is not None:
             finite = np.isfinite(host[self._index(rows).numpy(), self._host_ids])
         else:
             finite = torch.isfinite(logits[self._index(rows), self._ids]).cpu().numpy()
+        return self._wanted(raw, finite, rows)
+
+    def _wanted(
+        self, raw: np.ndarray, finite: np.ndarray, rows: Sequence[int]
+    ) -> dict[int, Wanted]:
+        """``Wanted`` for ``rows`` from their scores ``before`` and which of them are allowed."""
+        raw = raw.astype(np.float64)  # as ``_read_few``'s plain floats
         split, chain = self._split, self._chain
         allowed_open = np.where(finite[:, split:chain], raw[:, split:chain], -np.inf)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -477,6 +625,14 @@ def _logsumexp(scores: np.ndarray) -> np.ndarray:
     return summed
 
 
+def _logsumexp_of(values: list[float]) -> float:
+    """``_logsumexp`` of one row in plain floats (none NaN or +inf): -inf where all are."""
+    top = max(values, default=_NEG)
+    if top == _NEG:
+        return _NEG
+    return math.log(sum([math.exp(value - top) for value in values])) + top
+
+
 def _exp(value: float, empty: float = math.inf) -> float:
     """``exp(value)``; ``empty`` for NaN (no token of either group allowed or given)."""
     if math.isnan(value):
@@ -497,19 +653,26 @@ def _members(rows: np.ndarray, size: int) -> np.ndarray:
     return table
 
 
-_HOST_FLOATS = (torch.float32, torch.float64)
+HOST_FLOATS = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+"""The float types ``host_view`` gives arrays of, and torch's name of each."""
 
 
-def _host(logits: torch.Tensor) -> np.ndarray | None:
+def host_view(logits: torch.Tensor) -> np.ndarray | None:
     """The memory of ``logits`` as an array, where they are host floats numpy computes alike.
 
     A small read or write there costs a few microseconds; torch's dispatch of the same
-    indexed operation costs ten times more right after the model's forward pass. ``None`` on
-    an accelerator and for 16-bit floats.
+    indexed operation costs ten times more right after the model's forward pass, and so does
+    each of torch's attribute reads: one conversion tells the device and the type at once.
+    ``None`` on an accelerator and for 16-bit floats.
     """
-    if logits.device.type != "cpu" or logits.dtype not in _HOST_FLOATS:
+    try:
+        try:
+            host = logits.numpy()
+        except RuntimeError:  # a tensor that requires grad (the one the first try misses)
+            host = logits.detach().numpy()
+    except (RuntimeError, TypeError, NotImplementedError):  # on an accelerator, or bfloat16
         return None
-    return logits.detach().numpy()
+    return host if host.dtype in HOST_FLOATS else None
 
 
 def _to(logits: torch.Tensor, array: np.ndarray) -> torch.Tensor:

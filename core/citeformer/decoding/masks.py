@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
+from citeformer.decoding.edits import HOST_FLOATS
 from citeformer.decoding.quote_guard import Mask, QuoteGuard
 from citeformer.errors import GrammarViolationError
 
@@ -57,7 +58,8 @@ class MaskPlan:
         self.bitmask = bitmask
         self.indices = indices
         self.counts: dict[int, int] = {}
-        """How many tokens each row keeps, where that costs nothing more (on a CPU, numpy 2)."""
+        """How many tokens each row keeps, where that costs nothing more (on a CPU, numpy 2);
+        after ``forbid``, those it forbids too are not counted."""
         self._width = min(vocab_size, bitmask.shape[-1] * 32)
         self._planned_for: tuple[torch.dtype, int] | None = None
         """The logits' dtype and masked width the plan is for (``None``: not made yet)."""
@@ -66,15 +68,59 @@ class MaskPlan:
         """Rows keeping few tokens: those rows, and the (row, id) pairs they keep."""
         self._scattered: tuple[np.ndarray, np.ndarray] | None = None
         """Rows forbidding very few tokens: the (row, id) pairs they forbid."""
+        self._scattered_row: int | None = None
+        """That row, where there is one."""
         self._middle: tuple[list[int], np.ndarray] | None = None
         """Rows in between: those rows, and their keep masks (``_keep_ones``)."""
+        self._extra: tuple[np.ndarray, np.ndarray] | None = None
+        """The (row, id) pairs ``forbid`` added, which the bitmask allows."""
+        self._extra_counts: dict[int, int] = {}
+        self._merged = False
+        """Whether ``_scattered`` holds ``_extra`` (else they are written alone)."""
         if host:
             self._plan(dtype, self._width, ahead=ahead)
+
+    @property
+    def listed(self) -> list[int]:
+        """The rows whose forbidden ids the plan lists and sets through numpy (made ahead)."""
+        return [] if self._scattered is None else np.unique(self._scattered[0]).tolist()
+
+    def forbid(self, extra: dict[int, np.ndarray]) -> list[int]:
+        """Forbid ``extra``'s ids too, in the ``listed`` rows: in the same write as their own.
+
+        A lever's removals known before the logits (``StepEdits.removals_of``) cost the step
+        no write of their own. A row they would leave without a token is left out (the edits
+        keep one), and so is a row not listed. Returns the rows whose ids were taken.
+        """
+        listed = set(self.listed)
+        rows, ids_of, taken = [], [], []
+        for row, asked in extra.items():
+            ids = np.unique(asked)
+            if row not in listed or (ids.shape[0] and ids[-1] >= self._width):
+                continue
+            words = self.bitmask[row].numpy()
+            newly = ids[((words[ids >> 5] >> (ids & 31)) & 1).astype(bool)]
+            if newly.shape[0] >= self.counts[row]:
+                continue
+            self.counts[row] -= newly.shape[0]
+            self._extra_counts[row] = self._extra_counts.get(row, 0) + newly.shape[0]
+            rows.append(np.full(newly.shape[0], row, dtype=np.int64))
+            ids_of.append(newly.astype(np.int64, copy=False))
+            taken.append(row)
+        if taken:
+            added = np.concatenate(rows), np.concatenate(ids_of)
+            had = self._extra or (added[0][:0], added[1][:0])
+            self._extra = np.concatenate([had[0], added[0]]), np.concatenate([had[1], added[1]])
+            assert self._scattered is not None  # the rows are listed
+            r, c = self._scattered
+            self._scattered = np.concatenate([r, added[0]]), np.concatenate([c, added[1]])
+            self._merged = True
+        return taken
 
     def _plan(self, dtype: torch.dtype, width: int, *, ahead: bool) -> None:
         self._planned_for = (dtype, width)
         self.counts, self._few, self._sparse, self._middle = {}, [], None, None
-        self._scattered = None
+        self._scattered, self._scattered_row, self._merged = None, None, False
         indices = self.indices
         packed = self.bitmask[indices].numpy()
         if not hasattr(np, "bitwise_count"):  # numpy 1: no count, every row selected
@@ -85,6 +131,8 @@ class MaskPlan:
             words[:, -1] &= (1 << (width % 32)) - 1  # no bit past the vocabulary
         kept = np.bitwise_count(words).sum(axis=1)
         self.counts = dict(zip(indices, kept.tolist(), strict=True))
+        for row, count in self._extra_counts.items():  # planned again: ``forbid``'s still hold
+            self.counts[row] -= count
         forbidden = width - kept
         kinds = np.where(3 * forbidden < width, 0, np.where(64 * kept <= width, 1, 2))
         if ahead:  # listing a row's few forbidden ids costs the step nothing
@@ -102,37 +150,56 @@ class MaskPlan:
             at, ids = _set_bits(~words[scattered])
             inside = ids < width  # the inverted last word's bits past the vocabulary
             self._scattered = (rows_of[scattered][at[inside]], ids[inside])
+            if len(scattered) == 1:
+                self._scattered_row = int(rows_of[scattered[0]])
         middle = np.flatnonzero(kinds == 2)
         if len(middle):
             self._middle = (
                 rows_of[middle].tolist(), _keep_ones(_unpacked(packed[middle], width), dtype)
             )
 
-    def apply(self, logits: torch.Tensor) -> dict[int, int]:
-        """Mask ``logits`` (in place) as planned; how many tokens each row keeps, where known."""
-        if logits.device.type != "cpu":
+    def apply(self, logits: torch.Tensor, *, host: np.ndarray | None = None) -> dict[int, int]:
+        """Mask ``logits`` (in place) as planned; how many tokens each row keeps, where known.
+
+        ``host``: their memory as an array (``host_view``), where the caller has it.
+        """
+        if host is not None:  # host floats: their type and width need no torch call
+            dtype, columns = HOST_FLOATS[host.dtype], host.shape[-1]
+        elif logits.device.type == "cpu":
+            dtype, columns = logits.dtype, logits.shape[-1]
+        else:
             bitmask = self.bitmask
             if bitmask.shape[0] < logits.shape[0]:  # made for fewer rows: the rest unread
                 bitmask = torch.cat([bitmask, bitmask[:1].expand(
                     logits.shape[0] - bitmask.shape[0], -1)])
             mask = bitmask[: logits.shape[0]].to(logits.device, non_blocking=True)
             xgr.apply_token_bitmask_inplace(logits, mask, indices=self.indices)
+            if self._extra is not None:
+                at, ids = (torch.from_numpy(pairs).to(logits.device) for pairs in self._extra)
+                logits[at, ids] = _NEG
             return {}
-        width = min(logits.shape[-1], self._width)  # as xgrammar: ids past it untouched
-        if self._planned_for != (logits.dtype, width):  # not made, or for other logits
-            self._plan(logits.dtype, width, ahead=False)  # in the step
+        width = min(columns, self._width)  # as xgrammar: ids past it untouched
+        if self._planned_for != (dtype, width):  # not made, or for other logits
+            self._plan(dtype, width, ahead=False)  # in the step
         if self._few:  # few tokens forbidden (prose): xgrammar's kernel writes only those
             xgr.apply_token_bitmask_inplace(logits, self.bitmask, indices=self._few)
         if self._sparse is not None:
             rows, r, c = self._sparse
-            keep_only(logits, rows, r, c, width=width)
+            keep_only(logits, rows, r, c, width=width, host=host)
         if self._scattered is not None:
             r, c = self._scattered
-            _bits(logits)[r, c] = _NEG_BITS[logits.dtype]
+            bits = _bits(logits, host)
+            if self._scattered_row is not None:  # its view indexed by one array: the cheapest
+                bits[self._scattered_row][c] = _NEG_BITS[dtype]
+            else:
+                bits[r, c] = _NEG_BITS[dtype]
+        if self._extra is not None and not self._merged:  # planned again in the step
+            r, c = self._extra
+            _bits(logits, host)[r, c] = _NEG_BITS[dtype]
         if self._middle is not None:
-            bits, neg = _bits(logits), _NEG_BITS[logits.dtype]
+            bits, neg = _bits(logits, host), _NEG_BITS[dtype]
             indices, ones = self._middle
-            if indices == list(range(logits.shape[0])):
+            if indices == list(range(bits.shape[0])):
                 _select(bits[:, :width], ones, neg)
             else:  # each row in place: an indexed read and write back cost three times more
                 for k, i in enumerate(indices):
@@ -172,19 +239,26 @@ Index = torch.Tensor | np.ndarray | int
 
 
 def keep_only(
-    logits: torch.Tensor, rows: Index, r: Index, c: Index, *, width: int | None = None
+    logits: torch.Tensor,
+    rows: Index,
+    r: Index,
+    c: Index,
+    *,
+    width: int | None = None,
+    host: np.ndarray | None = None,
 ) -> None:
     """Keep only the entries (``r``, ``c``) of ``rows``: the rest of those rows becomes -inf.
 
     In place; ``width``: only the first ``width`` ids of each row are filled (``None``: all). A
     mask that allows few tokens, written as two small indexed writes and one fill; on a CPU,
-    on the floats' bits through numpy.
+    on the floats' bits through numpy. ``host``: the logits' memory (``host_view``), if known.
     """
-    if logits.device.type == "cpu":
-        bits, (at, ids) = _bits(logits), (_on_host(r), _on_host(c))
+    if host is not None or logits.device.type == "cpu":
+        bits, (at, ids) = _bits(logits, host), (_on_host(r), _on_host(c))
+        neg = _NEG_BITS[HOST_FLOATS[host.dtype] if host is not None else logits.dtype]
         saved = bits[at, ids]
         for row in np.atleast_1d(_on_host(rows)).tolist():  # an indexed fill costs three times more
-            bits[row, :width] = _NEG_BITS[logits.dtype]
+            bits[row, :width] = neg
         bits[at, ids] = saved
         return
     saved = logits[r, c]
@@ -196,8 +270,14 @@ def _on_host(ids: Index) -> np.ndarray | int:
     return ids.numpy() if isinstance(ids, torch.Tensor) else ids
 
 
-def _bits(logits: torch.Tensor) -> np.ndarray:
-    """The memory of CPU ``logits`` as integers of their floats' width (``_BITS``)."""
+def _bits(logits: torch.Tensor, host: np.ndarray | None = None) -> np.ndarray:
+    """The memory of CPU ``logits`` as integers of their floats' width (``_BITS``).
+
+    ``host``: that memory as floats (``host_view``), where the caller has it.
+    """
+    if host is not None:
+        viewed: np.ndarray = host.view(_BITS[HOST_FLOATS[host.dtype]][1])
+        return viewed
     if logits.dtype in (torch.float32, torch.float64):  # one conversion: numpy views the rest
         return logits.detach().numpy().view(_BITS[logits.dtype][1])
     bits: np.ndarray = logits.detach().view(_BITS[logits.dtype][0]).numpy()

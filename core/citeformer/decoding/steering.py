@@ -10,11 +10,13 @@ A step is two parts. ``Steering.prepare`` needs no logits, so an engine may run 
 model computes them (``citeformer.decoding.hf``): the rows' grammar matchers fill one bitmask in
 one call (on one thread beside a model on the host), each row's ``WordBound`` clears in it what
 its bounds forbid, how each row's mask is to be written is planned
-(``citeformer.decoding.masks``), each row's quote guard says its mask, and the levers that read
-no scores say what they change.
+(``citeformer.decoding.masks``), each row's quote guard says its mask, which of the ids the
+levers read the masks will allow is read from both, and the levers that read no scores say what
+they change (made ahead, a prose row's removals join its mask's own write: ``MaskPlan.forbid``).
 ``Steering.apply``, on the logits' device: what the model's own scores put on ending and citing is
-read for the rows whose levers need it (``Lever.needs_raw``), before any mask; the bitmask and the
-quote masks are written; then the remaining levers say what they change. Levers act lever by
+read once for the rows whose levers need it (``Lever.needs_raw``), before any mask; the bitmask
+and the quote masks are written; then the remaining levers say what they change. Host logits are
+read and written through one numpy view of their memory (``host_view``). Levers act lever by
 lever across the rows (a ``Lever.batched`` class for all its rows in one call, one removal entry
 per id array they share), each reading only its row's ``AnswerState`` (whose work per token does
 not grow with the answer), and ``StepEdits`` makes the changes of all rows in a few indexed
@@ -26,13 +28,13 @@ masks the grammar (a server's structured outputs) has no matcher here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import xgrammar as xgr
 
-from citeformer.decoding.edits import StepEdits, Wanted, WantedReader
+from citeformer.decoding.edits import HOST_FLOATS, StepEdits, Wanted, WantedReader, host_view
 from citeformer.decoding.levers import AnswerState, Lever, levers_for
 from citeformer.decoding.masks import MaskPlan, apply_guards, keep_only
 from citeformer.decoding.quote_guard import Mask, QuoteGuard
@@ -160,6 +162,8 @@ def advance_all(
             on_error(k, error)
 
 
+_CPU = torch.device("cpu")
+
 _BATCHED_FROM = 4
 """The fewest rows a ``batched`` lever class steers in one call; fewer cost less row by row."""
 
@@ -273,6 +277,9 @@ class Steering:
         """Whether the last logits steered were on the host (how ``prepare`` plans the mask)."""
         self._dtype = torch.float32
         """The last logits' dtype: the one ``prepare`` plans the mask for."""
+        self._device = _CPU
+        """The last logits' device: the one ``prepare``'s reader is for."""
+        self._guard_flags: dict[int, tuple[Mask, np.ndarray]] = {}
 
     def prepare(
         self, rows: Sequence[tuple[int, RowSteering]], *, ahead: bool = True
@@ -288,7 +295,7 @@ class Steering:
         saves some in ``apply`` is free (``MaskPlan``); ``False`` where the step waits for it.
         """
         grammars = [(i, row.matcher) for i, row in rows if row.matcher is not None]
-        plan, closed = None, frozenset[int]()
+        plan, closed, words = None, frozenset[int](), None
         if grammars:
             indices = [i for i, _ in grammars]
             bitmask = self._bitmask_for(max(indices) + 1)
@@ -308,11 +315,19 @@ class Steering:
             )
             closed = self._closed(words, indices, rows[0][1].vocab)
         guards = [(i, row.guard, row.guard.mask()) for i, row in rows if row.guard is not None]
+        # A row whose grammar allows no marker opener here has levers with nothing to read.
+        reading = [i for i, row in rows if row.needs_raw and i not in closed]
+        allowed = self._allowed(rows[0][1].vocab, words, reading, guards) if reading else None
         # The levers that read no scores say their edits now; a row's error waits for ``apply``,
         # where a row its quote guard fails is not steered by its levers.
         edits, errors = StepEdits(), []
         _edit_all(edits, rows, lambda i, error: errors.append((i, error)), raw=False)
-        return StepMasks([i for i, _ in rows], plan, guards, edits, errors, closed)
+        if plan is not None and plan.listed:  # their removals join the mask's own write
+            guarded = {i for i, _, _ in guards}
+            listed = [i for i in plan.listed if i not in guarded]
+            edits.drop_removals(plan.forbid(edits.removals_of(listed)))
+        return StepMasks([i for i, _ in rows], plan, guards, edits, errors, closed, reading,
+                         allowed)
 
     def apply(
         self,
@@ -331,7 +346,12 @@ class Steering:
         """
         if not rows:
             return
-        self._on_host, self._dtype = logits.device.type == "cpu", logits.dtype
+        host = host_view(logits)  # one torch call tells the device and the type
+        if host is not None:
+            self._on_host, self._dtype, self._device = True, HOST_FLOATS[host.dtype], _CPU
+        else:
+            self._on_host = logits.device.type == "cpu"
+            self._dtype, self._device = logits.dtype, logits.device
         if masks is None:
             masks = self.prepare(rows, ahead=False)
         elif masks.rows != [i for i, _ in rows]:
@@ -339,17 +359,15 @@ class Steering:
                 f"the masks were prepared for rows {masks.rows} but rows "
                 f"{[i for i, _ in rows]} are steered; prepare them for the rows steered"
             )
-        # A row whose grammar allows no marker opener here has levers with nothing to read.
-        reading = [i for i, row in rows if row.needs_raw and i not in masks.closed]
-        reader = self._reader(rows[0][1].vocab, logits.device) if reading else None
-        raw = None
-        if reader is not None:
+        wanted: dict[int, Wanted] = {}
+        if masks.reading and masks.reader_allowed is not None:  # before any mask
             steered = dict(rows)
-            raw = reader.before(
-                logits, reading, shares=lambda i: steered[i].shares(),
-                may_share=lambda i: steered[i].may_share(),
+            wanted = self._reader(rows[0][1].vocab).read(
+                logits, masks.reading, masks.reader_allowed,
+                shares=lambda i: steered[i].shares(), may_share=lambda i: steered[i].may_share(),
+                host=host,
             )
-        allowed = masks.plan.apply(logits) if masks.plan is not None else {}
+        allowed = masks.plan.apply(logits, host=host) if masks.plan is not None else {}
         failed: set[int] = set()
         if masks.guards:
             for i, _, _ in masks.guards:
@@ -365,24 +383,59 @@ class Steering:
                     raise lever_error
                 on_error(i, lever_error)
                 failed.add(i)
-        wanted: dict[int, Wanted] = {}
-        if reader is not None and raw is not None:
-            wanted = reader.after(raw, logits, reading)
         edits = StepEdits(wanted, allowed)
         edits.take(masks.edits)
         for i in failed:
             edits.forget(i)
         _edit_all(edits, [(i, row) for i, row in rows if i not in failed], on_error, raw=True)
-        edits.apply(logits)
+        edits.apply(logits, host=host)
 
-    def _reader(self, vocab: Vocabulary, device: torch.device) -> WantedReader:
-        """The ``WantedReader`` of the vocabulary's enders, openers and chainers, built once."""
-        key = (id(vocab), device)
+    def _reader(self, vocab: Vocabulary) -> WantedReader:
+        """The ``WantedReader`` of the vocabulary's enders, openers and chainers, built once.
+
+        One per device: the last logits'.
+        """
+        key = (id(vocab), self._device)
         if key not in self._readers:
             self._readers[key] = WantedReader(
-                vocab.enders, vocab.openers, device, chainers=vocab.chainers
+                vocab.enders, vocab.openers, self._device, chainers=vocab.chainers
             )
         return self._readers[key]
+
+    def _allowed(
+        self,
+        vocab: Vocabulary,
+        words: np.ndarray | None,
+        reading: list[int],
+        guards: list[tuple[int, QuoteGuard, Mask]],
+    ) -> np.ndarray:
+        """Which of the reader's ids the masks will allow in each of the ``reading`` rows.
+
+        From the bitmask's ``words`` (every id where the rows have none) and the quote guards'
+        masks: read before the logits, so ``apply`` reads the scores once, before the masks.
+        """
+        allowed = self._reader(vocab).allowed(
+            words, reading if words is not None else range(len(reading))
+        )
+        if guards:
+            at = {i: k for k, i in enumerate(reading)}
+            for i, _, mask in guards:
+                if i in at:
+                    allowed[at[i]] &= self._guard_allows(vocab, mask)
+        return allowed
+
+    def _guard_allows(self, vocab: Vocabulary, mask: Mask) -> np.ndarray:
+        """Which of the reader's ids a quote guard's ``mask`` allows.
+
+        Kept per mask: outside a quote a guard hands back the same few masks step after step.
+        """
+        found = self._guard_flags.get(id(mask))
+        if found is None or found[0] is not mask:
+            if len(self._guard_flags) >= 256:  # bounded: the masks of the rows still steered
+                self._guard_flags.clear()
+            listed = np.isin(self._reader(vocab).ids, np.asarray(mask.ids, dtype=np.int64))
+            found = self._guard_flags[id(mask)] = (mask, listed if mask.allow else ~listed)
+        return found[1]
 
     @staticmethod
     def _closed(words: np.ndarray, indices: list[int], vocab: Vocabulary) -> frozenset[int]:
@@ -428,3 +481,7 @@ class StepMasks:
     closed: frozenset[int] = frozenset()
     """The rows whose grammar mask allows no marker opener: their scores are not read, and
     their levers that read them find no ``Wanted`` (``Lever.needs_raw``)."""
+    reading: list[int] = field(default_factory=list)
+    """The rows whose scores are read (``Lever.needs_raw``, and not ``closed``)."""
+    reader_allowed: np.ndarray | None = None
+    """Per ``reading`` row, which of the ``WantedReader``'s ids the masks will allow."""

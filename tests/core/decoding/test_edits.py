@@ -10,7 +10,7 @@ import torch
 import xgrammar as xgr
 
 from citeformer.decoding import edits as edits_module
-from citeformer.decoding.edits import StepEdits, WantedReader
+from citeformer.decoding.edits import StepEdits, WantedReader, host_view
 from citeformer.decoding.levers import (
     AnswerState,
     CiteAfterWord,
@@ -42,7 +42,7 @@ def logits_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     if request.param == "host-batched":
         monkeypatch.setattr(edits_module, "_FEW_EDITS", 0)
     if request.param == "torch":
-        monkeypatch.setattr(edits_module, "_host", lambda logits: None)
+        monkeypatch.setattr(edits_module, "host_view", lambda logits: None)
 
 
 VOCAB = [
@@ -388,3 +388,105 @@ def test_a_row_whose_lever_fails_loses_its_edits_and_the_others_keep_theirs() ->
             for lever in every_lever():
                 lever.apply(state, alone, raw[row : row + 1])
         assert out[row].tolist() == alone[0].tolist(), (row, answer)
+
+
+def bitmask_of(allowed: np.ndarray) -> np.ndarray:
+    """xgrammar's packed bitmask (int32 words) of rows of 0/1 flags."""
+    width = -(-allowed.shape[1] // 32) * 32
+    padded = np.zeros((allowed.shape[0], width), dtype=np.uint8)
+    padded[:, : allowed.shape[1]] = allowed
+    return np.packbits(padded, axis=-1, bitorder="little").view(np.int32)
+
+
+@pytest.mark.parametrize("rows", [[0], [2, 0], [0, 1, 2, 3, 4, 5]])
+@pytest.mark.parametrize("chained", [True, False])
+def test_reading_once_before_the_masks_equals_reading_around_them(
+    rows: list[int], chained: bool
+) -> None:
+    # ``read`` takes what the masks allow from the bitmask, before the logits; ``before`` and
+    # ``after`` read the scores around the masks. A few host rows are weighed in plain floats,
+    # more in arrays: either way the same ``Wanted``, NaN and infinite scores included.
+    generator = torch.Generator().manual_seed(len(rows))
+    raw = torch.randn(6, len(VOCAB), generator=generator) * 3
+    raw[0, TOKEN[","]] = 6.0  # a row whose chainers lead: its normalizer is read
+    raw[1, TOKENS.enders] = NEG  # the model gives no ending any chance
+    raw[3, TOKEN["!"]] = float("inf")
+    raw[4, TOKEN[" the"]] = float("nan")  # not read: the arrays' path is not needed
+    raw[5, TOKEN["["]] = float("nan")
+    allowed = (torch.rand(6, len(VOCAB), generator=generator) > 0.3).numpy()
+    allowed[2, TOKENS.openers] = False  # no opener allowed
+    allowed[1, TOKENS.enders] = False
+    masked = torch.where(torch.from_numpy(allowed), raw, NEG)
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device,
+                          chainers=TOKENS.chainers if chained else None)
+    flags = reader.allowed(bitmask_of(allowed), rows)
+    assert flags.tolist() == allowed[rows][:, reader.ids].tolist()
+    read = reader.read(raw, rows, flags)
+    around = reader.after(reader.before(raw, rows), masked, rows)
+    assert list(read) == rows
+    for row in rows:
+        ours, theirs = read[row], around[row]
+        assert (ours.may_open, ours.may_end) == (theirs.may_open, theirs.may_end), row
+        for field in ("end_over_open", "chain_over_open", "chain_share"):
+            assert getattr(ours, field) == pytest.approx(
+                getattr(theirs, field), rel=1e-6, nan_ok=True
+            ), (row, field)
+    assert reader.allowed(None, rows).all()  # no bitmask: every id allowed
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_removals_known_ahead_join_the_masks_write_and_the_counts_stay_exact(
+    dtype: torch.dtype,
+) -> None:
+    width = 64
+    allowed = np.ones((3, width), dtype=np.uint8)
+    allowed[:, [5, 9]] = 0  # two of 64 forbidden: listed ahead
+    allowed[2, 10:] = 0     # keeps ten: not listed
+    bitmask = torch.from_numpy(bitmask_of(allowed))
+    plan = MaskPlan(bitmask, [0, 1, 2], width, ahead=True)
+    assert plan.listed == [0, 1]
+    taken = plan.forbid({
+        0: np.array([5, 7, 7, 8]),     # 5 already forbidden, 7 asked twice
+        1: np.arange(width),           # would leave no token: the edits keep one
+        2: np.array([1]),              # not listed
+    })
+    assert taken == [0]
+    scores = torch.randn(3, width, dtype=dtype)
+    expected = torch.where(torch.from_numpy(allowed.astype(bool)), scores, NEG)
+    expected[0, [7, 8]] = NEG
+    # Made for float32: float64 logits plan it again in the step, the removals still made.
+    counts = plan.apply(scores)
+    assert torch.equal(scores, expected)
+    assert counts == {0: 60, 1: 62, 2: 8}
+
+
+def test_a_rows_removals_are_taken_out_of_the_edits_but_a_forgotten_rows_are_not() -> None:
+    edits = StepEdits()
+    edits.remove([1, 2])
+    edits.remove_rows([0, 1], [3])  # many rows in one entry: left in the edits
+    edits.position = 1
+    edits.remove([4])
+    edits.row = 1
+    edits.remove([5])
+    edits.row = 2
+    edits.remove([6])
+    edits.forget(2)
+    found = edits.removals_of([0, 2])
+    assert {row: ids.tolist() for row, ids in found.items()} == {0: [1, 2, 4]}
+    edits.drop_removals(list(found))
+    scores = torch.zeros(3, 8)
+    edits.apply(scores)
+    assert torch.isinf(scores).nonzero().tolist() == [[0, 3], [1, 3], [1, 5]]
+
+
+def test_host_view_gives_the_memory_of_host_floats_only() -> None:
+    scores = torch.zeros(2, 3)
+    view = host_view(scores)  # the function itself, whatever path the fixture took
+    assert view is not None
+    view[0, 1] = 5.0
+    assert scores[0, 1] == 5.0  # the same memory
+    tracked = torch.zeros(2, 3, requires_grad=True)
+    assert host_view(tracked) is not None
+    assert host_view(torch.zeros(2, 3, dtype=torch.float64)) is not None
+    for dtype in (torch.float16, torch.bfloat16):
+        assert host_view(torch.zeros(2, 3, dtype=dtype)) is None

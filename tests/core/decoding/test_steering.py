@@ -117,7 +117,13 @@ def steer_and_check(
         if not live:
             break
         logits = torch.from_numpy(random_logits(rng, size))
-        steering.apply(logits, [(i, rows[i]) for i in live])
+        pairs = [(i, rows[i]) for i in live]
+        # Made ahead, as beside a host model (the mask's few forbidden ids listed, removals
+        # known ahead in its write), and in the step: the same logits.
+        ahead = logits.clone()
+        steering.apply(ahead, pairs, masks=steering.prepare(pairs, ahead=True))
+        steering.apply(logits, pairs)
+        assert torch.equal(ahead, logits), "the steering made ahead differs from the step's"
         assert not torch.isnan(logits).any(), "a logit is NaN after the steering"
         # +inf would make NaN of a sampler's softmax (inf - inf).
         assert not torch.isposinf(logits).any(), "a logit is +inf after the steering"
@@ -228,17 +234,17 @@ def test_rows_whose_mask_allows_no_marker_opener_are_not_read_and_steer_the_same
              for _ in range(len(answer) + 1)]
 
     may_open: list[bool] = []  # what the reader says at each step where every row is read
-    after = WantedReader.after
+    read = WantedReader.read
 
-    def reading(reader: WantedReader, *args: Any) -> dict[int, Wanted]:
-        found = after(reader, *args)
+    def reading(reader: WantedReader, *args: Any, **kwargs: Any) -> dict[int, Wanted]:
+        found = read(reader, *args, **kwargs)
         may_open.append(found[0].may_open)
         return found
 
     def steered(skip: bool) -> tuple[list[torch.Tensor], list[bool]]:
         if not skip:
             monkeypatch.setattr(Steering, "_closed", lambda *args: frozenset())
-            monkeypatch.setattr(WantedReader, "after", reading)
+            monkeypatch.setattr(WantedReader, "read", reading)
         row = steering_for(request, tiny_kit.vocab, tiny_kit.stop_token_ids,
                            matcher=xgr.GrammarMatcher(local))
         steering, out, closed = Steering(tiny_kit.vocab_size), [], []

@@ -10,6 +10,7 @@ import torch
 import xgrammar as xgr
 
 from citeformer.decoding import edits as edits_module
+from citeformer.decoding import wanted as wanted_module
 from citeformer.decoding.edits import StepEdits, WantedReader, host_view
 from citeformer.decoding.levers import (
     AnswerState,
@@ -43,6 +44,7 @@ def logits_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setattr(edits_module, "_FEW_EDITS", 0)
     if request.param == "torch":
         monkeypatch.setattr(edits_module, "host_view", lambda logits: None)
+        monkeypatch.setattr(wanted_module, "host_view", lambda logits: None)
 
 
 VOCAB = [

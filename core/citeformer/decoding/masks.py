@@ -68,6 +68,8 @@ class MaskPlan:
         """Rows keeping few tokens: those rows, and the (row, id) pairs they keep."""
         self._scattered: tuple[np.ndarray, np.ndarray] | None = None
         """Rows forbidding very few tokens: the (row, id) pairs they forbid."""
+        self._listed: list[int] = []
+        """The rows of ``_scattered``."""
         self._scattered_row: int | None = None
         """That row, where there is one."""
         self._middle: tuple[list[int], np.ndarray] | None = None
@@ -83,7 +85,7 @@ class MaskPlan:
     @property
     def listed(self) -> list[int]:
         """The rows whose forbidden ids the plan lists and sets through numpy (made ahead)."""
-        return [] if self._scattered is None else np.unique(self._scattered[0]).tolist()
+        return self._listed
 
     def forbid(self, extra: dict[int, np.ndarray]) -> list[int]:
         """Forbid ``extra``'s ids too, in the ``listed`` rows: in the same write as their own.
@@ -121,6 +123,7 @@ class MaskPlan:
         self._planned_for = (dtype, width)
         self.counts, self._few, self._sparse, self._middle = {}, [], None, None
         self._scattered, self._scattered_row, self._merged = None, None, False
+        self._listed = []
         indices = self.indices
         packed = self.bitmask[indices].numpy()
         if not hasattr(np, "bitwise_count"):  # numpy 1: no count, every row selected
@@ -150,8 +153,9 @@ class MaskPlan:
             at, ids = _set_bits(~words[scattered])
             inside = ids < width  # the inverted last word's bits past the vocabulary
             self._scattered = (rows_of[scattered][at[inside]], ids[inside])
+            self._listed = rows_of[scattered].tolist()
             if len(scattered) == 1:
-                self._scattered_row = int(rows_of[scattered[0]])
+                self._scattered_row = self._listed[0]
         middle = np.flatnonzero(kinds == 2)
         if len(middle):
             self._middle = (

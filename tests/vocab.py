@@ -7,6 +7,8 @@ tokenizer is saved in transformers' own format so later runs load it in well und
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -39,7 +41,17 @@ def family_tokenizer(family: str) -> Any:
     if not (saved / "tokenizer_config.json").is_file():
         gguf = _gguf_file(FAMILIES[family])
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        tokenizer.save_pretrained(saved)
+        # Saved beside, then renamed: a run reading the cache never meets a half-written one.
+        beside = Path(tempfile.mkdtemp(dir=saved.parent, prefix=f".{saved.name}-"))
+        tokenizer.save_pretrained(beside)
+        try:
+            beside.rename(saved)
+        except OSError:
+            if (saved / "tokenizer_config.json").is_file():  # another run saved it meanwhile
+                shutil.rmtree(beside)
+            else:  # what a stopped run left half-written
+                shutil.rmtree(saved)
+                beside.rename(saved)
     return AutoTokenizer.from_pretrained(saved)
 
 
@@ -62,7 +74,12 @@ def _gguf_file(name: str) -> Path:
                 if filename in FAMILIES.values() and "vendor/llama.cpp/models" in member.name:
                     extracted = tar.extractfile(member)
                     assert extracted is not None
-                    (folder / filename).write_bytes(extracted.read())
+                    # Written beside and renamed: a run that has the file mapped (the GGUF
+                    # reader maps it) keeps the old one; writing over it in place kills that
+                    # run with a bus error.
+                    part = folder / f".{filename}.{os.getpid()}.part"
+                    part.write_bytes(extracted.read())
+                    os.replace(part, folder / filename)
     if not target.is_file():
         raise FileNotFoundError(f"{name} is not in the {SDIST} sdist")
     return target

@@ -65,7 +65,7 @@ class EvidenceBias(Lever):
                 best = self._best_by_prefix
                 penalty = best["=" + match.group(1)] - best.get(">" + match.group(1), 0.0)
                 if penalty > 0:
-                    edits.add(self._vocab.openers, -(self._weight * penalty))
+                    edits.add(self._vocab.opener_ids, -(self._weight * penalty))
 
     def _score(self, claim: str) -> None:
         if claim == self._claim:

@@ -86,7 +86,7 @@ class EndIntent(Lever):
         share = self._auto_share(state) if ending_allowed else 1.0
         if share > 0:
             # The openers' p_open becomes p_open + share * p_end; a masked one stays masked.
-            edits.add(self._vocab.openers, math.log1p(share * wanted.end_over_open))
+            edits.add(self._vocab.opener_ids, math.log1p(share * wanted.end_over_open))
 
     def _wanted(self, raw: torch.Tensor, logits: torch.Tensor) -> dict[int, Wanted]:
         reader = WantedReader(self._vocab.enders, self._vocab.openers, logits.device)
@@ -216,8 +216,8 @@ class ClauseEnd(Lever):
             return
         if not 0 < wanted.chain_over_open < math.inf or not self.shares(state):
             return
-        edits.add(self._vocab.openers, math.log1p(wanted.chain_over_open))
-        edits.remove(self._vocab.chainers)
+        edits.add(self._vocab.opener_ids, math.log1p(wanted.chain_over_open))
+        edits.remove(self._vocab.chainer_ids)
 
     def _wanted(self, raw: torch.Tensor, logits: torch.Tensor) -> dict[int, Wanted]:
         vocab = self._vocab
@@ -291,7 +291,7 @@ class WrapUp(Lever):
     """
 
     def __init__(self, vocab: Vocabulary, bound: int, words: int, bias: float) -> None:
-        self._openers = vocab.openers
+        self._openers = vocab.opener_ids
         self._start = max(1, bound - words)
         self._bias = bias
 

@@ -100,8 +100,17 @@ class Vocabulary:
     @cached_property
     def opener_bits(self) -> tuple[np.ndarray, np.ndarray]:
         """Where each of ``openers`` is in a row of xgrammar's bitmask: its word, its bit."""
-        openers = self.openers.numpy()
-        return openers >> 5, openers & 31
+        return self.opener_ids >> 5, self.opener_ids & 31
+
+    @cached_property
+    def opener_ids(self) -> np.ndarray:
+        """``openers`` as one array: a lever's edit names it without a torch call in the step."""
+        return self.openers.numpy()
+
+    @cached_property
+    def chainer_ids(self) -> np.ndarray:
+        """``chainers`` as one array, as ``opener_ids``."""
+        return self.chainers.numpy()
 
     @cached_property
     def glued_opener_ids(self) -> np.ndarray:

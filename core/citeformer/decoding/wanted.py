@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 import torch
@@ -126,7 +127,9 @@ class WantedReader:
     ) -> dict[int, Wanted] | None:
         """``read`` row by row in plain floats: one gather and one list per row.
 
-        ``None`` where a score is NaN or +inf (the arrays' path weighs those).
+        ``None`` where a score is NaN or +inf (the arrays' path weighs those). The scores the
+        masks leave are picked by their flags (``compress``); a -inf among them adds nothing to
+        a sum, so the floats are those of the finite scores alone.
         """
         split, chain, ids = self._split, self._chain, self._host_ids
         chained_too = ids.shape[0] > chain
@@ -135,11 +138,8 @@ class WantedReader:
             values: list[float] = host[row][ids].tolist()
             if not sum(values) < math.inf:
                 return None
-            finite = [flag and value > _NEG for flag, value in zip(flags, values, strict=True)]
-            open_sum = _logsumexp_of(
-                [value for value, kept in zip(values[split:chain], finite[split:chain],
-                                              strict=True) if kept]
-            )
+            open_sum = _logsumexp_of(list(compress(values[split:chain], flags[split:chain])))
+            may_end = any(value > _NEG for value in compress(values[:split], flags[:split]))
             ratio = _logsumexp_of(values[:split]) - open_sum
             chain_ratio = share = _NEG
             if chained_too:
@@ -149,7 +149,7 @@ class WantedReader:
                     host, row, chained, max(values), shares, may_share
                 )
             found[row] = Wanted(
-                _exp(ratio), any(finite[split:chain]), any(finite[:split]),
+                _exp(ratio), open_sum > _NEG, may_end,
                 _exp(chain_ratio, empty=0.0), min(1.0, _exp(share, empty=0.0)),
             )
         return found
@@ -163,11 +163,15 @@ class WantedReader:
         shares: Callable[[int], bool] | None,
         may_share: Callable[[int], bool] | None,
     ) -> float:
-        """``_normalizers`` for one row of host logits (``best_read``: its best score read)."""
-        if may_share is not None and not may_share(row):
-            return math.inf
+        """``_normalizers`` for one row of host logits (``best_read``: its best score read).
+
+        The checks in the order of their cost: a comparison of floats before ``may_share``'s
+        look at the answer, which right after a host model's forward pass runs on cold caches.
+        """
         # The row's best score is at least the best of those read: most rows end here.
         if chained - best_read < _LOG_CHAIN_SHARE:
+            return math.inf
+        if may_share is not None and not may_share(row):
             return math.inf
         if chained - float(host[row].max()) < _LOG_CHAIN_SHARE:
             return math.inf
@@ -303,7 +307,8 @@ def _logsumexp_of(values: list[float]) -> float:
     top = max(values, default=_NEG)
     if top == _NEG:
         return _NEG
-    return math.log(sum([math.exp(value - top) for value in values])) + top
+    # ``value - top`` for each, in C: ``top.__rsub__(value)`` is that difference.
+    return math.log(sum(map(math.exp, map(top.__rsub__, values)))) + top
 
 
 def _exp(value: float, empty: float = math.inf) -> float:

@@ -357,6 +357,26 @@ def test_a_row_whose_levers_will_not_read_the_share_is_not_asked_its_normalizer(
     assert wanted[2].chain_over_open == wanted[0].chain_over_open  # its ratio is still read
 
 
+def test_a_few_rows_chainers_far_below_their_best_score_read_are_settled_before_asking() -> None:
+    # Weighed in plain floats, a row whose chainers fall below half of its best score read
+    # cannot give them half the probability: its levers are not asked (``may_share``).
+    raw = torch.zeros(2, len(VOCAB))
+    raw[0, TOKEN["."]] = 10.0  # an ender leads: "," is 10 below it
+    raw[1, TOKEN[","]] = 10.0  # "," leads: its levers are asked, its normalizer read
+    asked: list[int] = []
+
+    def may_share(row: int) -> bool:
+        asked.append(row)
+        return True
+
+    reader = WantedReader(TOKENS.enders, TOKENS.openers, raw.device, chainers=TOKENS.chainers)
+    read = reader.read(raw, [0, 1], reader.allowed(None, [0, 1]), may_share=may_share)
+    assert asked == [1]
+    assert read[0].chain_share == 0.0
+    others = len(VOCAB) - 1  # e^0 each
+    assert read[1].chain_share == pytest.approx(math.exp(10) / (math.exp(10) + others))
+
+
 class _Raises(Lever):
     def edit(self, state: AnswerState, edits: StepEdits) -> None:
         if len(state.tokens) >= 4:

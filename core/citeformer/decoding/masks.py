@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
-from citeformer.decoding.edits import HOST_FLOATS
+from citeformer.decoding.edits import HOST_FLOATS, host_view
 from citeformer.decoding.quote_guard import Mask, QuoteGuard
 from citeformer.errors import GrammarViolationError
 
@@ -70,13 +70,10 @@ class MaskPlan:
         """Rows forbidding very few tokens: the (row, id) pairs they forbid."""
         self._listed: list[int] = []
         """The rows of ``_scattered``."""
-        self._scattered_row: int | None = None
-        """That row, where there is one."""
         self._middle: tuple[list[int], np.ndarray] | None = None
         """Rows in between: those rows, and their keep masks (``_keep_ones``)."""
         self._extra: tuple[np.ndarray, np.ndarray] | None = None
         """The (row, id) pairs ``forbid`` added, which the bitmask allows."""
-        self._extra_counts: dict[int, int] = {}
         self._merged = False
         """Whether ``_scattered`` holds ``_extra`` (else they are written alone)."""
         if host:
@@ -105,7 +102,6 @@ class MaskPlan:
             if newly.shape[0] >= self.counts[row]:
                 continue
             self.counts[row] -= newly.shape[0]
-            self._extra_counts[row] = self._extra_counts.get(row, 0) + newly.shape[0]
             rows.append(np.full(newly.shape[0], row, dtype=np.int64))
             ids_of.append(newly.astype(np.int64, copy=False))
             taken.append(row)
@@ -122,7 +118,7 @@ class MaskPlan:
     def _plan(self, dtype: torch.dtype, width: int, *, ahead: bool) -> None:
         self._planned_for = (dtype, width)
         self.counts, self._few, self._sparse, self._middle = {}, [], None, None
-        self._scattered, self._scattered_row, self._merged = None, None, False
+        self._scattered, self._merged = None, False
         self._listed = []
         indices = self.indices
         packed = self.bitmask[indices].numpy()
@@ -134,8 +130,9 @@ class MaskPlan:
             words[:, -1] &= (1 << (width % 32)) - 1  # no bit past the vocabulary
         kept = np.bitwise_count(words).sum(axis=1)
         self.counts = dict(zip(indices, kept.tolist(), strict=True))
-        for row, count in self._extra_counts.items():  # planned again: ``forbid``'s still hold
-            self.counts[row] -= count
+        if self._extra is not None:  # planned again: ``forbid``'s ids are still forbidden
+            for row, count in zip(*np.unique(self._extra[0], return_counts=True), strict=True):
+                self.counts[int(row)] -= int(count)
         forbidden = width - kept
         kinds = np.where(3 * forbidden < width, 0, np.where(64 * kept <= width, 1, 2))
         if ahead:  # listing a row's few forbidden ids costs the step nothing
@@ -154,8 +151,6 @@ class MaskPlan:
             inside = ids < width  # the inverted last word's bits past the vocabulary
             self._scattered = (rows_of[scattered][at[inside]], ids[inside])
             self._listed = rows_of[scattered].tolist()
-            if len(scattered) == 1:
-                self._scattered_row = self._listed[0]
         middle = np.flatnonzero(kinds == 2)
         if len(middle):
             self._middle = (
@@ -193,8 +188,8 @@ class MaskPlan:
         if self._scattered is not None:
             r, c = self._scattered
             bits = _bits(logits, host)
-            if self._scattered_row is not None:  # its view indexed by one array: the cheapest
-                bits[self._scattered_row][c] = _NEG_BITS[dtype]
+            if len(self._listed) == 1:  # its view indexed by one array: the cheapest
+                bits[self._listed[0]][c] = _NEG_BITS[dtype]
             else:
                 bits[r, c] = _NEG_BITS[dtype]
         if self._extra is not None and not self._merged:  # planned again in the step
@@ -279,12 +274,11 @@ def _bits(logits: torch.Tensor, host: np.ndarray | None = None) -> np.ndarray:
 
     ``host``: that memory as floats (``host_view``), where the caller has it.
     """
-    if host is not None:
+    host = host if host is not None else host_view(logits)
+    if host is not None:  # one conversion: numpy views the rest
         viewed: np.ndarray = host.view(_BITS[HOST_FLOATS[host.dtype]][1])
         return viewed
-    if logits.dtype in (torch.float32, torch.float64):  # one conversion: numpy views the rest
-        return logits.detach().numpy().view(_BITS[logits.dtype][1])
-    bits: np.ndarray = logits.detach().view(_BITS[logits.dtype][0]).numpy()
+    bits: np.ndarray = logits.detach().view(_BITS[logits.dtype][0]).numpy()  # 16-bit floats
     return bits
 
 _BITS = {
